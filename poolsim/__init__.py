@@ -1,0 +1,15 @@
+"""poolsim: naive pooling, uniform subsampling and matching across heterogeneous domains.
+
+Reproduces and tests "Beyond Pooling: Matching for Robust Generalization under Data Heterogeneity"
+(AISTATS 2026). Public API only; the implementation lives in private modules.
+"""
+from . import metadist as metadist
+from ._da import da_score as da_score
+from ._strategies import Matched as Matched
+from ._strategies import Pooled as Pooled
+from ._strategies import Subsampled as Subsampled
+from ._strategies import match as match
+from ._strategies import naive_pool as naive_pool
+from ._strategies import subsample as subsample
+
+__version__ = "0.1.0"

@@ -1,0 +1,231 @@
+"""The one matching core: distances, the inclusion gate, centroid updates, the median.
+
+Everything here is written against the Python array API (through ``array-api-compat``) so the same
+function runs on NumPy arrays, ``jax.numpy`` arrays (also under ``jax.jit``/``jax.vmap``) and torch
+tensors (with autograd). Rules that keep it traceable and differentiable:
+
+* no boolean-mask indexing -- inclusion is a 0/1 *weight* array of the input's float dtype;
+* no in-place writes;
+* every ``sqrt``/``arccos``/division has a guarded input, so values and gradients stay finite at
+  identical vectors, at zero vectors and at cosine = +-1.
+
+Shapes: ``x: (..., d)`` points, ``c: (d,)`` or ``(..., d)`` centroids (broadcast), ``w: (...,)``
+weights. The functions never look at values on the host, so they also work on tracers.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from array_api_compat import array_namespace, is_jax_namespace
+
+METRICS = ("l2", "cosine", "geodesic")
+
+
+def namespace(*arrays: Any):
+    """The array-API namespace shared by ``arrays`` (NumPy, jax.numpy or torch)."""
+    return array_namespace(*arrays)
+
+
+def _tiny(xp, x):
+    return xp.finfo(x.dtype).tiny
+
+
+def sum_squares(x, *, axis: int = -1):
+    xp = namespace(x)
+    return xp.sum(x * x, axis=axis)
+
+
+def safe_norm(x, *, axis: int = -1):
+    """Euclidean norm along ``axis`` whose gradient at ``x = 0`` is 0 instead of NaN.
+
+    The double-``where`` keeps ``sqrt`` away from 0 in both the forward and the backward pass.
+    """
+    xp = namespace(x)
+    s = sum_squares(x, axis=axis)
+    positive = s > 0
+    safe = xp.where(positive, s, xp.ones_like(s))
+    return xp.where(positive, xp.sqrt(safe), xp.zeros_like(s))
+
+
+def normalize(x, *, axis: int = -1):
+    """``x / ||x||`` along ``axis``; a zero vector stays zero (no NaN, finite gradient)."""
+    xp = namespace(x)
+    n = safe_norm(x, axis=axis)
+    n = xp.expand_dims(n, axis=axis)
+    return x / xp.where(n > 0, n, xp.ones_like(n))
+
+
+def cosine_similarity(a, b):
+    """``<a, b> / (||a|| ||b||)`` over the last axis, clipped to [-1, 1]; 0 if either is zero."""
+    xp = namespace(a, b)
+    cos = xp.sum(normalize(a) * normalize(b), axis=-1)
+    return xp.clip(cos, -1.0, 1.0)
+
+
+def geodesic(a, b):
+    """Great-circle angle between the directions of ``a`` and ``b`` (radians, in [0, pi]).
+
+    Mathematically ``arccos(clip(cos(a, b), -1, 1))``. It is computed as
+    ``2 * atan2(||u - v||, ||u + v||)`` with ``u, v`` the unit vectors, which is the same angle
+    (``||u-v|| = 2 sin(t/2)``, ``||u+v|| = 2 cos(t/2)``) but accurate near 0 and pi, where arccos
+    loses half the digits, and has finite gradients there (arccos' is infinite at +-1).
+    """
+    xp = namespace(a, b)
+    u, v = normalize(a), normalize(b)
+    return 2.0 * xp.atan2(safe_norm(u - v), safe_norm(u + v))
+
+
+def distance(x, c, metric: str):
+    """Matching function ``M(x - c)`` over the last axis.
+
+    * ``"l2"``: ``||x - c||_2``
+    * ``"cosine"``: ``1 - cos(x, c)`` (in [0, 2]; not a metric, kept for the paper's ablation)
+    * ``"geodesic"``: ``arccos(cos(x, c))`` (in [0, pi]; see :func:`geodesic`)
+    """
+    if metric == "l2":
+        return safe_norm(x - c)
+    if metric == "cosine":
+        return 1.0 - cosine_similarity(x, c)
+    if metric == "geodesic":
+        return geodesic(x, c)
+    raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+
+
+def gate(dist, tau):
+    """Inclusion weights ``1[M(v) < tau]`` as 0/1 floats of ``dist``'s dtype (no boolean masks)."""
+    xp = namespace(dist)
+    return xp.astype(dist < tau, dist.dtype)
+
+
+def weighted_mean(x, w, fallback):
+    """``sum_i w_i x_i / sum_i w_i`` over axis 0 of ``x: (n, d)`` with ``w: (n,)``.
+
+    Returns ``(mean (d,), total weight ())``. Where the total weight is 0 the result is
+    ``fallback`` (d,) -- never 0/0.
+    """
+    xp = namespace(x, w, fallback)
+    total = xp.sum(w)
+    has = total > 0
+    num = xp.sum(w[:, None] * x, axis=0)
+    mean = num / xp.where(has, total, xp.ones_like(total))
+    return xp.where(has, mean, fallback), total
+
+
+def ema_update(c, f, alpha: float = 0.5, *, renormalize: bool = True):
+    """The paper's centroid update (§"Centroid Initialization and Update").
+
+    ``c~ = alpha c + (1 - alpha) f`` and, with ``renormalize``, ``c = c~ / ||c~||`` so the centroid
+    stays on the unit sphere. A zero-initialised ``c`` therefore becomes ``f / ||f||`` on the first
+    update. If ``c~ = 0`` (antipodal ``c`` and ``f`` with alpha 0.5) ``c`` is returned unchanged.
+    """
+    xp = namespace(c, f)
+    new = alpha * c + (1.0 - alpha) * f
+    if not renormalize:
+        return new
+    n = xp.expand_dims(safe_norm(new), axis=-1)
+    return xp.where(n > 0, new / xp.where(n > 0, n, xp.ones_like(n)), c)
+
+
+def slerp_update(c, f, alpha: float = 0.5):
+    """Move unit centroid ``c`` a fraction ``1 - alpha`` of the great-circle arc towards ``f``.
+
+    ``c' = sin(a t)/sin t * c^ + sin((1-a) t)/sin t * f^`` with ``t`` the angle between them, here
+    ``a = alpha``. For ``t -> 0`` the weights tend to ``alpha, 1 - alpha`` (linear interpolation,
+    then renormalised); a zero ``c`` becomes ``f^``; antipodal inputs (no unique arc) fall back to
+    :func:`ema_update`.
+    """
+    xp = namespace(c, f)
+    u, v = normalize(c), normalize(f)
+    t = xp.expand_dims(geodesic(u, v), axis=-1)
+    s = xp.sin(t)
+    small = s < 1e-6
+    s_safe = xp.where(small, xp.ones_like(s), s)
+    wa = xp.where(small, alpha * xp.ones_like(t), xp.sin(alpha * t) / s_safe)
+    wb = xp.where(small, (1.0 - alpha) * xp.ones_like(t), xp.sin((1.0 - alpha) * t) / s_safe)
+    out = normalize(wa * u + wb * v)
+    zero_c = xp.expand_dims(safe_norm(c), axis=-1) == 0
+    antipodal = small & (t > 1.0)
+    out = xp.where(antipodal, ema_update(c, f, alpha), out)
+    return xp.where(zero_c, v, out)
+
+
+def weighted_median(x, w=None):
+    """Coordinate-wise median over axis 0 of ``x: (n, d)`` counting only rows with ``w > 0``.
+
+    NumPy's convention (mean of the two middle values for an even count). Written by sorting
+    rather than calling a library median because ``torch.median`` returns the *lower* middle
+    value, not the average, and because masked rows must be ignored without boolean indexing:
+    they are pushed to the top of the sort with the dtype's largest finite value.
+    """
+    xp = namespace(x)
+    if w is None:
+        w = xp.ones(x.shape[0], dtype=x.dtype)
+    big = xp.finfo(x.dtype).max
+    keep = w[:, None] > 0
+    filled = xp.where(keep, x, xp.full_like(x, big))
+    srt = xp.sort(filled, axis=0)
+    count = xp.sum(xp.astype(w > 0, xp.int32))
+    count = xp.where(count > 0, count, xp.ones_like(count))
+    lo = xp.reshape((count - 1) // 2, (1,))
+    hi = xp.reshape(count // 2, (1,))
+    return 0.5 * (xp.take(srt, lo, axis=0)[0] + xp.take(srt, hi, axis=0)[0])
+
+
+def match_step(points, mass, c, tau, metric: str):
+    """One centroid iteration of Def. 3.
+
+    ``points: (n, d)`` are what the gate looks at (domain sample means, or single samples),
+    ``mass: (n,)`` how many samples each point stands for (``N_k`` for domains, 1 for samples, 0 for
+    padding). Returns ``(c_next (d,), included (n,) 0/1, matched mass ())`` where ``c_next`` is the
+    mean of all samples of the included points, or ``c`` itself when nothing is included.
+    """
+    xp = namespace(points, mass, c)
+    inc = gate(distance(points, c, metric), tau) * xp.astype(mass > 0, points.dtype)
+    c_next, total = weighted_mean(points, inc * mass, c)
+    return c_next, inc, total
+
+
+def iterate_match(points, mass, c0, tau, metric: str, *, tol: float, max_iter: int):
+    """Iterate :func:`match_step` from ``c0`` to a fixed point ``||c_{t+1} - c_t||_2 < tol``.
+
+    Returns ``(centroid (d,), included (n,), n_iter, converged, matched_mass)``. The centroid is
+    the mean of the last matched set. If an iteration matches nothing, the loop stops, keeps the
+    previous centroid and reports ``converged = False`` with an all-zero ``included`` -- an empty
+    matched set never produces NaN. On jax.numpy the loop is a ``lax.while_loop`` (traceable under
+    jit/vmap); on NumPy and torch it is a Python loop (torch keeps the autograd graph).
+    """
+    xp = namespace(points, mass, c0)
+    if is_jax_namespace(xp):
+        from jax import lax
+
+        n = points.shape[0]
+
+        def cond(state):
+            t, _, _, _, done, _ = state
+            return (~done) & (t < max_iter)
+
+        def body(state):
+            t, c, _, _, _, _ = state
+            c_next, inc, total = match_step(points, mass, c, tau, metric)
+            empty = total <= 0
+            conv = safe_norm(c_next - c) < tol
+            return (t + 1, xp.where(empty, c, c_next), inc, total, empty | conv, conv & ~empty)
+
+        zero = xp.zeros((), dtype=points.dtype)
+        init = (xp.asarray(0), c0, xp.zeros(n, dtype=points.dtype), zero,
+                xp.asarray(False), xp.asarray(False))
+        t, c, inc, total, _, converged = lax.while_loop(cond, body, init)
+        return c, inc, t, converged, total
+
+    c = c0
+    inc = xp.zeros(points.shape[0], dtype=points.dtype)
+    total = xp.zeros((), dtype=points.dtype)
+    for t in range(1, max_iter + 1):
+        c_next, inc, total = match_step(points, mass, c, tau, metric)
+        if bool(total <= 0):
+            return c, inc, t, False, total
+        moved = safe_norm(c_next - c)
+        c = c_next
+        if bool(moved < tol):
+            return c, inc, t, True, total
+    return c, inc, max_iter, False, total

@@ -1,0 +1,93 @@
+"""Plain NumPy, loop-based versions of the three strategies: the test oracle.
+
+Written the obvious way on purpose -- explicit Python loops over domains and samples, ``np.median``,
+``np.arccos`` of the clipped cosine -- and sharing no code with :mod:`poolsim._core`, so that an
+agreement between the two is evidence, not a tautology. Slow; use the public strategies for work.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _valid_rows(X, counts):
+    K, N, _ = X.shape
+    counts = [N] * K if counts is None else [int(c) for c in counts]
+    return [X[k, : counts[k]] for k in range(K)]
+
+
+def ref_naive_pool(X, counts=None) -> np.ndarray:
+    """Mean of every valid sample, accumulated one sample at a time."""
+    total, n = np.zeros(X.shape[2]), 0
+    for rows in _valid_rows(np.asarray(X, dtype=float), counts):
+        for x in rows:
+            total += x
+            n += 1
+    return total / n
+
+
+def ref_subsample_mean(X, domains, indices) -> np.ndarray:
+    """Mean of ``X[domains[j], indices[j, i]]`` over all j, i (loops)."""
+    X = np.asarray(X, dtype=float)
+    total, n = np.zeros(X.shape[2]), 0
+    for j, k in enumerate(np.asarray(domains)):
+        for i in np.asarray(indices)[j]:
+            total += X[int(k), int(i)]
+            n += 1
+    return total / n
+
+
+def ref_subsample(rng: np.random.Generator, X, m, n, counts=None) -> np.ndarray:
+    """Def. 2 with NumPy's generator (same law as :func:`poolsim.subsample`, different draws)."""
+    X = np.asarray(X, dtype=float)
+    K, N, _ = X.shape
+    counts = [N] * K if counts is None else list(counts)
+    domains = rng.choice(K, size=m, replace=False)
+    indices = np.array([rng.integers(0, counts[k], size=n) for k in domains])
+    return ref_subsample_mean(X, domains, indices)
+
+
+def ref_distance(v, c, metric) -> float:
+    if metric == "l2":
+        return float(np.sqrt(np.sum((v - c) ** 2)))
+    nv, nc = np.linalg.norm(v), np.linalg.norm(c)
+    cos = 0.0 if nv == 0 or nc == 0 else float(np.dot(v, c) / (nv * nc))
+    cos = min(1.0, max(-1.0, cos))
+    if metric == "cosine":
+        return 1.0 - cos
+    if metric == "geodesic":
+        return float(np.arccos(cos))
+    raise ValueError(f"metric must be one of ('l2', 'cosine', 'geodesic'), got {metric!r}")
+
+
+def ref_match(X, tau, *, metric="l2", level="domain", init="median", tol=1e-4, max_iter=100,
+              counts=None):
+    """Def. 3 with loops. Returns ``(centroid, included, n_iter, converged)`` like
+    :func:`poolsim.match` (included: list of 0/1 per domain, or per domain a list per sample)."""
+    X = np.asarray(X, dtype=float)
+    rows = _valid_rows(X, counts)
+    all_samples = np.concatenate(rows, axis=0)
+    if isinstance(init, str):
+        c = np.median(all_samples, axis=0) if init == "median" else all_samples.mean(axis=0)
+    else:
+        c = np.asarray(init, dtype=float)
+    if level == "domain":
+        units = [(r.mean(axis=0), r) for r in rows]  # (what the gate sees, samples it brings)
+    else:
+        units = [(x, x[None, :]) for r in rows for x in r]
+    included = [0] * len(units)
+    for t in range(1, max_iter + 1):
+        inc = [1 if ref_distance(p, c, metric) < tau else 0 for p, _ in units]
+        total, n = np.zeros(X.shape[2]), 0
+        for flag, (_, samples) in zip(inc, units):
+            if flag:
+                for x in samples:
+                    total += x
+                    n += 1
+        if n == 0:
+            return c, inc, t, False
+        new = total / n
+        moved = np.sqrt(np.sum((new - c) ** 2))
+        c, included = new, inc
+        if moved < tol:
+            return c, included, t, True
+    return c, included, max_iter, False

@@ -1,0 +1,215 @@
+"""The three ways to combine domains (paper §2, Defs. 1-3), built on :mod:`poolsim._core`.
+
+All take ``X: (K, N, d)`` -- K domains padded to N samples of dimension d -- and an optional
+``counts: (K,)`` giving each domain's real sample count (the first ``counts[k]`` rows of ``X[k]``
+are used; padding must be finite, e.g. zeros). Inputs may be NumPy arrays, jax.numpy arrays or
+torch tensors; results come back in the same array library.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from array_api_compat import device
+
+from . import _checks, _core
+
+LEVELS = ("domain", "sample")
+INITS = ("median", "mean")
+
+
+class Pooled(NamedTuple):
+    """Result of :func:`naive_pool`. ``mean: (d,)``, ``n_samples``: samples pooled."""
+
+    mean: Any
+    n_samples: Any
+
+
+class Subsampled(NamedTuple):
+    """Result of :func:`subsample`. ``mean: (d,)``, ``domains: (m,)`` chosen domain indices,
+    ``indices: (m, n)`` sample indices drawn (with replacement) inside each chosen domain."""
+
+    mean: Any
+    domains: Any
+    indices: Any
+
+
+class Matched(NamedTuple):
+    """Result of :func:`match`.
+
+    ``mean: (d,)`` the matched mean (the mean of every sample of the matched set) and
+    ``centroid: (d,)`` the fixed point reached -- equal by construction, both kept so code reads
+    like the paper. ``included``: 0/1 weights, ``(K,)`` for ``level="domain"``, ``(K, N)`` for
+    ``level="sample"``. ``n_iter``: iterations run. ``converged``: the tolerance was met with a
+    non-empty matched set. ``n_matched``: samples in the matched set. If an iteration matched
+    nothing, ``mean``/``centroid`` are the previous centroid, ``included`` is all zeros and
+    ``converged`` is False.
+    """
+
+    mean: Any
+    centroid: Any
+    included: Any
+    n_iter: Any
+    converged: Any
+    n_matched: Any
+
+
+def _domains(X: Any, counts: Any = None):
+    """Validate ``X`` and ``counts``; return ``(X, valid (K, N) 0/1, counts (K,) float, xp)``."""
+    try:
+        xp = _core.namespace(X)
+    except TypeError:
+        X = np.asarray(X, dtype=float)
+        xp = _core.namespace(X)
+    if X.ndim != 3:
+        raise ValueError(f"X must have shape (K, N, d), got {tuple(X.shape)}")
+    K, N, d = X.shape
+    for name, size in (("K", K), ("N", N), ("d", d)):
+        if size == 0:
+            raise ValueError(f"X has {name} = 0 (shape {tuple(X.shape)}); each of K, N, d must be >= 1")
+    if not xp.isdtype(X.dtype, "real floating"):
+        X = xp.astype(X, xp.asarray(0.0).dtype)  # the library's default float
+    _checks.finite("X", X)
+    steps = xp.arange(N, dtype=X.dtype)
+    if counts is None:
+        cnt = xp.full((K,), float(N), dtype=X.dtype)
+    elif _checks.is_tracer(counts):
+        cnt = xp.astype(counts, X.dtype)
+    else:
+        c = _to_numpy(counts)
+        if c.shape != (K,):
+            raise ValueError(f"counts must have shape (K,) = ({K},), got {c.shape}")
+        if not np.all(np.isfinite(c)) or np.any(c != np.round(c)) or c.min() < 1 or c.max() > N:
+            raise ValueError(f"counts must be integers in [1, N={N}], got {c.tolist()}")
+        cnt = _like(X, c.astype(float))
+    valid = xp.astype(steps[None, :] < cnt[:, None], X.dtype)
+    return X, valid, cnt, xp
+
+
+def _to_numpy(a: Any) -> np.ndarray:
+    return np.asarray(a.detach().cpu() if hasattr(a, "detach") else a)
+
+
+def _like(X: Any, a: Any):
+    """Host array ``a`` as an array of ``X``'s library, device and (for floats) dtype."""
+    xp = _core.namespace(X)
+    out = xp.asarray(np.asarray(a), device=device(X))
+    return xp.astype(out, X.dtype) if np.issubdtype(np.asarray(a).dtype, np.floating) else out
+
+
+def _domain_means(X, valid, cnt):
+    xp = _core.namespace(X, valid)
+    return xp.sum(valid[..., None] * X, axis=1) / cnt[:, None]
+
+
+def naive_pool(X: Any, counts: Any = None) -> Pooled:
+    """Naive pooling (Def. 1): the mean of every sample of every domain.
+
+    ``X: (K, N, d)``, ``counts: (K,)`` -> ``Pooled(mean (d,), n_samples)``.
+    ``mean = sum_k sum_{i<N_k} x_{k,i} / sum_k N_k``.
+    """
+    X, valid, cnt, xp = _domains(X, counts)
+    total = xp.sum(cnt)
+    return Pooled(xp.sum(valid[..., None] * X, axis=(0, 1)) / total, total)
+
+
+def as_key(key: Any):
+    """An int seed or a JAX PRNG key (typed or raw) -> a typed JAX key."""
+    import jax
+
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return jax.random.key(int(key))
+    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    if isinstance(key, jax.Array) and key.shape == (2,) and key.dtype == np.uint32:
+        return jax.random.wrap_key_data(key)
+    raise ValueError(f"key must be an int seed or a JAX PRNG key, got {type(key).__name__}")
+
+
+def subsample_indices(key: Any, counts: Any, m: int, n: int):
+    """JAX draw for Def. 2: ``m`` distinct domains uniformly, ``n`` indices with replacement in each.
+
+    ``counts: (K,)`` (jax array, may be traced) -> ``(domains (m,), indices (m, n))`` int32.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    kd, ks = jax.random.split(as_key(key))
+    K = counts.shape[0]
+    domains = jax.random.choice(kd, K, (m,), replace=False)
+    size = jnp.asarray(counts)[domains].astype(jnp.int32)
+    u = jax.random.uniform(ks, (m, n))
+    idx = jnp.minimum(jnp.floor(u * size[:, None]).astype(jnp.int32), size[:, None] - 1)
+    return domains.astype(jnp.int32), idx
+
+
+def subsample(key: Any, X: Any, m: int, n: int, counts: Any = None) -> Subsampled:
+    """Uniform subsampling (Def. 2): ``m`` domains uniformly without replacement, then ``n``
+    samples from each, uniformly with replacement; the estimate is the mean of those ``m n`` points.
+
+    ``key``: int seed or JAX key (the same seed gives the same draw on every backend).
+    ``X: (K, N, d)`` -> ``Subsampled(mean (d,), domains (m,), indices (m, n))``.
+    """
+    X, _, cnt, xp = _domains(X, counts)
+    K, N, d = X.shape
+    m = _checks.integer("m", m, 1, K)
+    n = _checks.integer("n", n, 1)
+    import jax.numpy as jnp
+
+    jax_input = _core.is_jax_namespace(xp)
+    domains, idx = subsample_indices(key, cnt if jax_input else jnp.asarray(_to_numpy(cnt)), m, n)
+    flat_idx = jnp.reshape(domains[:, None] * N + idx, (-1,))
+    if not jax_input:
+        domains, idx, flat_idx = (_like(X, np.asarray(a, dtype=np.int64)) for a in (domains, idx, flat_idx))
+    picked = xp.take(xp.reshape(X, (K * N, d)), flat_idx, axis=0)
+    return Subsampled(xp.mean(picked, axis=0), domains, idx)
+
+
+def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: Any = "median",
+          tol: float = 1e-4, max_iter: int = 100, counts: Any = None) -> Matched:
+    """Matching (Def. 3) iterated to a fixed point ``||c_{t+1} - c_t||_2 < tol``.
+
+    ``level="domain"`` (the theorems): domain k is included iff ``M(xbar_k - c_t) < tau`` for its
+    sample mean ``xbar_k``, and then all its samples are; ``level="sample"`` (the AD section): each
+    sample is gated on its own. ``c_{t+1}`` is the mean of all included samples.
+
+    ``init``: ``"median"`` -- coordinate-wise median of all samples (the paper's synthetic set-up),
+    ``"mean"`` -- the pooled mean, or an explicit ``(d,)`` vector.
+    ``metric``: ``"l2"``, ``"cosine"`` (1 - cos) or ``"geodesic"`` (angle), see
+    :func:`poolsim._core.distance`.
+
+    ``X: (K, N, d)`` -> :class:`Matched`. An empty matched set never yields NaN: the previous
+    centroid is kept and ``converged`` is False.
+    """
+    X, valid, cnt, xp = _domains(X, counts)
+    K, N, d = X.shape
+    _checks.positive("tau", tau)
+    _checks.choice("metric", metric, _core.METRICS)
+    _checks.choice("level", level, LEVELS)
+    _checks.positive("tol", tol)
+    max_iter = _checks.integer("max_iter", max_iter, 1)
+    flat = xp.reshape(X, (K * N, d))
+    flat_valid = xp.reshape(valid, (K * N,))
+    if isinstance(init, str):
+        _checks.choice("init", init, INITS)
+        if init == "median":
+            c0 = _core.weighted_median(flat, flat_valid)
+        else:
+            c0 = naive_pool(X, counts).mean
+    else:
+        c0 = xp.asarray(init, dtype=X.dtype) if not hasattr(init, "shape") else init
+        if tuple(c0.shape) != (d,):
+            raise ValueError(f"init must be 'median', 'mean' or a vector of shape (d,) = ({d},), "
+                             f"got shape {tuple(c0.shape)}")
+        _checks.finite("init", c0)
+        c0 = xp.astype(c0, X.dtype)
+    if level == "domain":
+        points, mass = _domain_means(X, valid, cnt), cnt
+    else:
+        points, mass = flat, flat_valid
+    c, inc, n_iter, conv, total = _core.iterate_match(points, mass, c0, tau, metric,
+                                                      tol=tol, max_iter=max_iter)
+    if level == "sample":
+        inc = xp.reshape(inc, (K, N))
+    return Matched(c, c, inc, n_iter, conv, total)
