@@ -1,6 +1,7 @@
 """Plain NumPy, loop-based versions of the three strategies: the test oracle.
 
-Written the obvious way on purpose -- explicit Python loops over domains and samples, ``np.median``,
+Written the obvious way on purpose -- explicit Python loops over domains (and over samples
+where samples are the unit), ``np.median``,
 ``np.arccos`` of the clipped cosine -- and sharing no code with :mod:`poolsim._core`, so that an
 agreement between the two is evidence, not a tautology. Slow; use the public strategies for work.
 """
@@ -16,12 +17,11 @@ def _valid_rows(X, counts):
 
 
 def ref_naive_pool(X, counts=None) -> np.ndarray:
-    """Mean of every valid sample, accumulated one sample at a time."""
+    """Mean of every valid sample, accumulated one domain at a time."""
     total, n = np.zeros(X.shape[2]), 0
     for rows in _valid_rows(np.asarray(X, dtype=float), counts):
-        for x in rows:
-            total += x
-            n += 1
+        total += rows.sum(axis=0)
+        n += len(rows)
     return total / n
 
 
@@ -80,9 +80,8 @@ def ref_match(X, tau, *, metric="l2", level="domain", init="median", tol=1e-4, m
         total, n = np.zeros(X.shape[2]), 0
         for flag, (_, samples) in zip(inc, units):
             if flag:
-                for x in samples:
-                    total += x
-                    n += 1
+                total += samples.sum(axis=0)
+                n += len(samples)
         if n == 0:
             return c, inc, t, False
         new = total / n
@@ -91,3 +90,36 @@ def ref_match(X, tau, *, metric="l2", level="domain", init="median", tol=1e-4, m
         if moved < tol:
             return c, included, t, True
     return c, included, max_iter, False
+
+
+def ref_outlier_schedule(rng: np.random.Generator, K, *, d, every, radius, gamma, jitter, mu_star=0.0):
+    """NumPy twin of :func:`poolsim.metadist.outlier_schedule` (same law, NumPy draws)."""
+    v = np.eye(d)[0]
+    means = []
+    for k in range(1, K + 1):
+        z = rng.standard_normal(d)
+        if k % every == 0:
+            u = v + jitter * z
+            means.append(mu_star + radius * u / np.linalg.norm(u))
+        else:
+            means.append(mu_star + gamma * z)
+    return np.array(means)
+
+
+def ref_domain_addition(rng: np.random.Generator, *, Ks, n, sigma, tau, every, radius, gamma,
+                        jitter, d, m_frac, n_sub, tol, max_iter, metric="l2", samples=None):
+    """The domain-addition experiment, one seed, plain loops: for each K the three estimates on
+    the first K domains. ``samples: (K_max, n, d)`` shares the engine's draws; otherwise means and
+    samples are drawn here with ``rng``. Returns ``{strategy: (len(Ks), d) estimates}``."""
+    K_max = max(Ks)
+    if samples is None:
+        means = ref_outlier_schedule(rng, K_max, d=d, every=every, radius=radius, gamma=gamma,
+                                     jitter=jitter)
+        samples = np.array([mu + sigma * rng.standard_normal((n, d)) for mu in means])
+    out = {"pool": [], "subsample": [], "match": []}
+    for K in Ks:
+        X = samples[:K]
+        out["pool"].append(ref_naive_pool(X))
+        out["subsample"].append(ref_subsample(rng, X, max(1, min(K, int(np.ceil(m_frac * K)))), n_sub))
+        out["match"].append(ref_match(X, tau, metric=metric, tol=tol, max_iter=max_iter)[0])
+    return {k: np.array(v) for k, v in out.items()}

@@ -1,0 +1,186 @@
+"""Vectorised JAX Monte Carlo: one seed is a pure function, ``vmap`` runs many, ``lax.scan`` walks K.
+
+For each seed: draw ``K_max`` domain means from the meta-distribution, then the per-domain data
+(either materialised samples ``(K_max, n, d)`` or their sufficient statistics), then scan over the
+requested K values -- every K is the prefix ``1..K`` of the same domains, handled with 0/1 masks so
+shapes never change and the whole experiment is traced once.
+
+Sufficient-statistics path (``materialize=False``): with ``x_{k,i} ~ N(mu_k, s^2 I)``,
+
+* the domain sample mean is exactly ``xbar_k = mu_k + s / sqrt(n) z_k``;
+* the mean of ``n'`` points drawn with replacement from domain k's ``n`` samples is jointly
+  Gaussian with ``xbar_k``: given the draw's index multiset with ``q = sum_i c_i^2`` (c_i = times
+  sample i was drawn; computed from the ``n'`` drawn indices in O(n'^2), independent of n),
+  ``Cov(xbar, sub) = s^2 / n`` and ``Var(sub) = s^2 q / n'^2``, hence
+  ``sub = xbar_k + s sqrt(q / n'^2 - 1 / n) z'`` exactly (q/n'^2 >= 1/n by Cauchy-Schwarz);
+* the matching init ``"median"`` is the coordinate-wise median of the *domain means* (the sample
+  median needs the samples -- use ``materialize=True`` for the paper's sample-wise median).
+
+So the cost does not grow with n. ``materialize=True`` draws every sample (needed for the paper's
+sample median init and for resampling actual points).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _core
+
+STRATEGIES = ("pool", "subsample", "match")
+
+
+class Spec(NamedTuple):
+    """Static description of one experiment run (hashable: it keys the compiled-function cache).
+
+    ``sample_means``: ``key -> (K_max, d)`` (the meta-distribution's sampler). ``Ks``: increasing K
+    values. ``init``: "median" | "mean" | "target". ``m_frac``: subsampling takes
+    ``m = ceil(m_frac K)`` domains, ``n_sub`` points each.
+    """
+
+    sample_means: Callable
+    K_max: int
+    d: int
+    Ks: tuple
+    n: int
+    sigma: float
+    tau: float
+    metric: str
+    init: str
+    tol: float
+    max_iter: int
+    m_frac: float
+    n_sub: int
+    mu_star: tuple
+    materialize: bool
+
+
+class SeedResult(NamedTuple):
+    """Per seed (leading axis S after vmap): ``estimates (nK, 3, d)`` for pool/subsample/match,
+    ``n_domains (nK, 3)`` domains used, ``converged (nK,)``, ``n_iter (nK,)`` for matching,
+    ``included (nK, K_max)`` matching's domain flags, ``means (K_max, d)`` the true domain means,
+    ``xbar (K_max, d)`` the domain sample means."""
+
+    estimates: Any
+    n_domains: Any
+    converged: Any
+    n_iter: Any
+    included: Any
+    means: Any
+    xbar: Any
+
+
+def _subsample_mean(key, xbar, samples, mask, K, spec: Spec, dtype):
+    """Def. 2 on the first K domains: m = ceil(m_frac K) distinct domains via Gumbel top-k over
+    the valid ones, n_sub indices with replacement inside each."""
+    kg, ki, kz = jax.random.split(key, 3)
+    K_max, n, n_sub = spec.K_max, spec.n, spec.n_sub
+    m = jnp.clip(jnp.ceil(spec.m_frac * K).astype(jnp.int32), 1, K)
+    g = jax.random.gumbel(kg, (K_max,), dtype) + jnp.where(mask > 0, 0.0, -jnp.inf)
+    _, order = jax.lax.top_k(g, K_max)
+    chosen = (jnp.arange(K_max) < m).astype(dtype)  # rank < m among the shuffled valid domains
+    idx = jax.random.randint(ki, (K_max, n_sub), 0, n)
+    if samples is not None:
+        picked = jnp.take_along_axis(samples[order], idx[:, :, None], axis=1)  # (K_max, n_sub, d)
+        dom = picked.mean(axis=1)
+    else:
+        q = jnp.sum(idx[:, :, None] == idx[:, None, :], axis=(1, 2)).astype(dtype)
+        spread = spec.sigma * jnp.sqrt(jnp.maximum(q / n_sub**2 - 1.0 / n, 0.0))
+        dom = xbar[order] + spread[:, None] * jax.random.normal(kz, (K_max, spec.d), dtype)
+    est = jnp.sum(chosen[:, None] * dom, axis=0) / jnp.sum(chosen)
+    return est, m
+
+
+def draw(spec: Spec, dtype, key):
+    """One seed's data: ``(means (K_max, d), samples (K_max, n, d) or None, xbar (K_max, d),
+    key for subsampling)``. Also used by the tests to hand the engine's draws to the reference."""
+    k_means, k_noise, k_sub = jax.random.split(key, 3)
+    means = spec.sample_means(k_means).astype(dtype)
+    noise = jax.random.normal(k_noise, (spec.K_max, spec.n, spec.d) if spec.materialize
+                              else (spec.K_max, spec.d), dtype)
+    if spec.materialize:
+        samples = means[:, None, :] + spec.sigma * noise
+        return means, samples, samples.mean(axis=1), k_sub
+    return means, None, means + spec.sigma / math.sqrt(spec.n) * noise, k_sub
+
+
+def _one_seed(spec: Spec, dtype, key) -> SeedResult:
+    means, samples, xbar, k_sub = draw(spec, dtype, key)
+    mu_star = jnp.asarray(spec.mu_star, dtype)
+    if samples is not None:
+        flat = samples.reshape(-1, spec.d)
+    n = jnp.asarray(spec.n, dtype)
+    sub_keys = jax.random.split(k_sub, len(spec.Ks))
+
+    def step(_, inp):
+        K, ksub = inp
+        mask = (jnp.arange(spec.K_max) < K).astype(dtype)
+        pool = jnp.sum(mask[:, None] * xbar, axis=0) / jnp.sum(mask)
+        sub, m = _subsample_mean(ksub, xbar, samples, mask, K, spec, dtype)
+        if spec.init == "median":
+            c0 = (_core.weighted_median(flat, jnp.repeat(mask, spec.n)) if spec.materialize
+                  else _core.weighted_median(xbar, mask))
+        elif spec.init == "mean":
+            c0 = pool
+        else:
+            c0 = mu_star
+        c, inc, it, conv, _ = _core.iterate_match(xbar, mask * n, c0, spec.tau, spec.metric,
+                                                  tol=spec.tol, max_iter=spec.max_iter)
+        est = jnp.stack([pool, sub, c])
+        used = jnp.stack([K, m, jnp.sum(inc).astype(jnp.int32)])
+        return None, (est, used, conv, it, inc)
+
+    Ks = jnp.asarray(spec.Ks, jnp.int32)
+    _, (est, used, conv, it, inc) = jax.lax.scan(step, None, (Ks, sub_keys))
+    return SeedResult(est, used, conv, it, inc, means, xbar)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(spec: Spec, dtype_name: str):
+    """One jitted, vmapped function per (spec, dtype): the compile-count test checks it traces once."""
+    dtype = jnp.dtype(dtype_name)
+    return jax.jit(jax.vmap(functools.partial(_one_seed, spec, dtype)))
+
+
+def _shard(keys):
+    """Place the seed axis across all local devices (no-op on one device)."""
+    devices = jax.devices()
+    if len(devices) == 1:
+        return keys
+    mesh = jax.sharding.Mesh(np.array(devices), ("seeds",))
+    return jax.device_put(keys, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("seeds")))
+
+
+def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: int = 8192,
+             shard: bool = True, progress: Callable[[int], None] | None = None) -> SeedResult:
+    """Run ``spec`` for every seed in ``seeds`` (int array). Seed s uses ``jax.random.key(s)``, so a
+    seed's result does not depend on the other seeds, the chunking or the sharding.
+
+    Seeds are processed in chunks of ``chunk`` (the last chunk padded, so one trace serves all);
+    with several devices each chunk is sharded over them (chunk rounded up to a multiple of the
+    device count). Returns a :class:`SeedResult` of NumPy arrays with leading axis ``len(seeds)``.
+    """
+    seeds = np.asarray(seeds, dtype=np.int64)
+    S = len(seeds)
+    ndev = len(jax.devices()) if shard else 1
+    chunk = min(chunk, S)
+    chunk = -(-chunk // ndev) * ndev
+    ctx = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
+    parts = []
+    with ctx:
+        fn = _compiled(spec, dtype)
+        for start in range(0, S, chunk):
+            block = seeds[start:start + chunk]
+            padded = np.concatenate([block, np.full(chunk - len(block), block[-1])])
+            keys = jax.vmap(jax.random.key)(jnp.asarray(padded, dtype=jnp.uint32))
+            out = fn(_shard(keys) if shard else keys)
+            parts.append(jax.tree.map(lambda a, k=len(block): np.asarray(a)[:k], out))
+            if progress is not None:
+                progress(len(block))
+    return SeedResult(*(np.concatenate([getattr(p, f) for p in parts]) for f in SeedResult._fields))
+
