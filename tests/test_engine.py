@@ -157,3 +157,22 @@ def test_bad_input(name, params, match):
     seeds = params.pop("seeds", 2)
     with pytest.raises(ValueError, match=match):
         experiments.run(name, seeds=seeds, **params)
+
+
+def test_prefix_medians_equal_core_median(rng):
+    # The engine's one-sort prefix medians against the core's masked median for every prefix
+    # (odd and even counts; ties between groups included by rounding).
+    import jax.numpy as jnp
+    from poolsim import _core
+
+    x = np.round(rng.normal(size=(37, 3)), 1)
+    group = np.sort(rng.integers(0, 6, size=37))
+    Ks = np.arange(1, 7)
+    got = np.asarray(_engine.prefix_medians(jnp.asarray(x), jnp.asarray(group), jnp.asarray(Ks)))
+    for j, K in enumerate(Ks):
+        if np.any(group < K):
+            want = np.median(x[group < K], axis=0)  # independent: NumPy's own median
+            np.testing.assert_allclose(got[j], want, atol=1e-12)
+            np.testing.assert_allclose(
+                got[j], np.asarray(_core.weighted_median(jnp.asarray(x), jnp.asarray(group < K))),
+                atol=1e-12)
