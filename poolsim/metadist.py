@@ -3,7 +3,8 @@
 Every factory has the same shape: it checks its parameters and returns a :class:`MetaDist`, a small
 NamedTuple that is called as ``metadist(key, K) -> (K, d)`` JAX array of domain means (``key``: int
 seed or JAX key). Sampling is pure JAX, so the Monte-Carlo engine can ``vmap`` it over seeds and
-the first ``K`` rows of a draw of ``K_max`` rows are a draw of ``K`` (domains arrive in order).
+for the built-in factories except :func:`balanced` the first ``K`` rows of a draw of ``K_max`` rows are the
+draw of ``K`` (domains arrive in order; ``balanced`` places its unpaired domain at the end).
 
 Each result documents E[mu_k] (``mean``), Cov[mu_k] (``cov``), whether D_mu is symmetric about
 mu_* (Def. 4, ``symmetric``) and whether the K means are i.i.d. (``iid``). To add a
@@ -208,6 +209,9 @@ def from_callable(fn: Callable[[Any, int], Any], *, d: int, mu_star: Any = 0.0,
         raise ValueError(f"fn must be callable as fn(key, K) -> (K, d), got {type(fn).__name__}")
     d = _checks.integer("d", d, 1)
     mu = _vec("mu_star", mu_star, d)
-    return MetaDist(name, d, fn, mu, None if mean is None else _vec("mean", mean, d),
-                    None if cov is None else np.asarray(cov, dtype=float), bool(symmetric),
-                    bool(iid), {})
+    if cov is not None:
+        cov = np.asarray(cov, dtype=float)
+        if cov.shape != (d, d) or not np.all(np.isfinite(cov)):
+            raise ValueError(f"cov must be a finite (d, d) = ({d}, {d}) matrix, got shape {cov.shape}")
+    return MetaDist(name, d, fn, mu, None if mean is None else _vec("mean", mean, d), cov,
+                    bool(symmetric), bool(iid), {})
