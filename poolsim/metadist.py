@@ -2,9 +2,9 @@
 
 Every factory has the same shape: it checks its parameters and returns a :class:`MetaDist`, a small
 NamedTuple that is called as ``metadist(key, K) -> (K, d)`` JAX array of domain means (``key``: int
-seed or JAX key). Sampling is pure JAX, so the Monte-Carlo engine can ``vmap`` it over seeds and
-for the built-in factories except :func:`balanced` the first ``K`` rows of a draw of ``K_max`` rows are the
-draw of ``K`` (domains arrive in order; ``balanced`` places its unpaired domain at the end).
+seed or JAX key). Sampling is pure JAX, so the Monte-Carlo engine can ``vmap`` it over seeds. For
+the built-in factories except :func:`balanced`, the first ``K`` rows of a draw of ``K_max`` rows
+are the draw of ``K`` (domains arrive in order; ``balanced`` puts its unpaired domain last).
 
 Each result documents E[mu_k] (``mean``), Cov[mu_k] (``cov``), whether D_mu is symmetric about
 mu_* (Def. 4, ``symmetric``) and whether the K means are i.i.d. (``iid``). To add a
