@@ -142,30 +142,34 @@ def test_empty_matched_set_keeps_previous_centroid(backend, level):
     assert np.all(np.isfinite(_host(res.mean)))
 
 
-def _subsample_moments(X, m, n):
-    """Closed-form mean and variance (per coordinate) of the Def. 2 estimate for full domains.
+def _subsample_moments(X, counts, m, n):
+    """Closed-form mean and variance (per coordinate) of the Def. 2 estimate.
 
+    With xbar_k, s_k^2 the mean and (1/N_k) variance of domain k's N_k real rows:
     E = (1/K) sum_k xbar_k. Var = between + within: the mean of m domain means drawn without
     replacement has variance (sigma_b^2 / m) (K - m) / (K - 1), sigma_b^2 the (1/K) variance of the
-    domain means; given the domains, the n-draw mean of domain k has variance s_k^2 / n (s_k^2 its
-    1/N variance), averaged over m domains: (1 / (m n)) (1/K) sum_k s_k^2."""
+    xbar_k; given the domains, the n-draw mean of domain k has variance s_k^2 / n, averaged over
+    the m domains: (1 / (m n)) (1/K) sum_k s_k^2."""
     K = X.shape[0]
-    xbar = X.mean(axis=1)
+    rows = [X[k, : counts[k]] for k in range(K)]
+    xbar = np.stack([r.mean(axis=0) for r in rows])
+    s2 = np.stack([r.var(axis=0) for r in rows])
     between = xbar.var(axis=0) / m * (K - m) / (K - 1)
-    within = X.var(axis=1).mean(axis=0) / (m * n)
-    return xbar.mean(axis=0), between + within
+    return xbar.mean(axis=0), between + s2.mean(axis=0) / (m * n)
 
 
 def test_subsample_law_matches_reference_and_closed_form():
-    X = _data(3)[:, :, :2] * 1.0
-    X[:, :, :] = X[:, :, :] + np.arange(5)[None, :, None] * 0.1  # make within-domain spread unequal
+    # Ragged domains whose rows trend with the row index, so that drawing rows non-uniformly (or
+    # from the padding) moves the mean and variance.
+    X = _data(3)[:, :, :2] + np.arange(5)[None, :, None] * 0.5
+    X = X * (np.arange(5)[None, :, None] < COUNTS[:, None, None])
     m, n, R = 3, 4, 2000
-    mean, var = _subsample_moments(X, m, n)
+    mean, var = _subsample_moments(X, COUNTS, m, n)
     Xj = jnp.asarray(X)
     keys = jax.random.split(jax.random.key(2026), R)
-    ours = np.asarray(jax.vmap(lambda k: poolsim.subsample(k, Xj, m, n).mean)(keys))
+    ours = np.asarray(jax.vmap(lambda k: poolsim.subsample(k, Xj, m, n, counts=COUNTS).mean)(keys))
     gen = np.random.default_rng(2026)
-    theirs = np.stack([ref.ref_subsample(gen, X, m, n) for _ in range(R)])
+    theirs = np.stack([ref.ref_subsample(gen, X, m, n, counts=COUNTS) for _ in range(R)])
     for draws in (ours, theirs):
         # Mean within 4 standard errors, SE computed from the draws.
         se = draws.std(axis=0, ddof=1) / np.sqrt(R)
