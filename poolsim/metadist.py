@@ -12,6 +12,7 @@ meta-distribution, write one more factory here in the same shape.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -68,7 +69,10 @@ def _unit(direction: Any, d: int) -> np.ndarray:
 
 
 def _nonneg(name: str, value: Any) -> float:
-    v = float(value)
+    try:
+        v = float(value) if not isinstance(value, (str, bytes, bool)) else math.nan
+    except (TypeError, ValueError):
+        v = math.nan
     if not np.isfinite(v) or v < 0:
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     return v

@@ -172,6 +172,8 @@ BAD = {
     "direction zero": (lambda: metadist.contaminated(0.2, 1.0, d=2, direction=[0.0, 0.0]), "direction"),
     "direction shape": (lambda: metadist.skewed(1.0, d=2, direction=[1.0, 0.0, 0.0]), "direction"),
     "scale inf": (lambda: metadist.skewed(np.inf, d=2), "scale"),
+    "scale str": (lambda: metadist.skewed("big", d=2), "scale"),
+    "gamma None": (lambda: metadist.symmetric_gaussian(None, d=2), "gamma"),
     "every=0": (lambda: metadist.outlier_schedule(every=0, d=2), "every"),
     "radius<0": (lambda: metadist.outlier_schedule(radius=-2.5, d=2), "radius"),
     "jitter nan": (lambda: metadist.outlier_schedule(jitter=float("nan"), d=2), "jitter"),
