@@ -30,6 +30,8 @@ def positive(name: str, value: Any) -> Any:
     """A finite number > 0 (a traced JAX scalar passes unchecked)."""
     if is_tracer(value):
         return value
+    if isinstance(value, (str, bytes, bool)):  # float("1") and float(True) would pass otherwise
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     try:
         v = float(value)
     except (TypeError, ValueError):

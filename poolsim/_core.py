@@ -72,7 +72,12 @@ def geodesic(a, b):
     """
     xp = namespace(a, b)
     u, v = normalize(a), normalize(b)
-    return 2.0 * xp.atan2(safe_norm(u - v), safe_norm(u + v))
+    y, x = safe_norm(u - v), safe_norm(u + v)
+    # Both are 0 only when a = b = 0; there cos = 0 (cosine_similarity's convention), so the
+    # angle is arccos(0) = pi/2 = 2 atan2(1, 1), not 2 atan2(0, 0) = 0.
+    both_zero = (y == 0) & (x == 0)
+    one = xp.ones_like(y)
+    return 2.0 * xp.atan2(xp.where(both_zero, one, y), xp.where(both_zero, one, x))
 
 
 def distance(x, c, metric: str):

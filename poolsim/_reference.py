@@ -62,7 +62,8 @@ def ref_distance(v, c, metric) -> float:
 def ref_match(X, tau, *, metric="l2", level="domain", init="median", tol=1e-4, max_iter=100,
               counts=None):
     """Def. 3 with loops. Returns ``(centroid, included, n_iter, converged)`` like
-    :func:`poolsim.match` (included: list of 0/1 per domain, or per domain a list per sample)."""
+    :func:`poolsim.match` (included: list of 0/1 per domain, or per real sample in domain-major
+    order)."""
     X = np.asarray(X, dtype=float)
     rows = _valid_rows(X, counts)
     all_samples = np.concatenate(rows, axis=0)

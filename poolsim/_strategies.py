@@ -94,8 +94,17 @@ def _to_numpy(a: Any) -> np.ndarray:
 def _like(X: Any, a: Any):
     """Host array ``a`` as an array of ``X``'s library, device and (for floats) dtype."""
     xp = _core.namespace(X)
-    out = xp.asarray(np.asarray(a), device=device(X))
-    return xp.astype(out, X.dtype) if np.issubdtype(np.asarray(a).dtype, np.floating) else out
+    a = np.array(a)  # a writable copy: torch warns on read-only arrays (e.g. views of JAX arrays)
+    out = xp.asarray(a, device=device(X))
+    return xp.astype(out, X.dtype) if np.issubdtype(a.dtype, np.floating) else out
+
+
+def _same_library(a: Any, X: Any) -> bool:
+    """``a`` is an array of ``X``'s library (keep it as is, e.g. a torch tensor with a graph)."""
+    try:
+        return hasattr(a, "shape") and _core.namespace(a, X) is _core.namespace(X)
+    except TypeError:  # a list, or an array of another library
+        return False
 
 
 def _domain_means(X, valid, cnt):
@@ -198,7 +207,7 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
         else:
             c0 = naive_pool(X, counts).mean
     else:
-        c0 = xp.asarray(init, dtype=X.dtype) if not hasattr(init, "shape") else init
+        c0 = init if _same_library(init, X) else _like(X, np.asarray(_to_numpy(init), dtype=float))
         if tuple(c0.shape) != (d,):
             raise ValueError(f"init must be 'median', 'mean' or a vector of shape (d,) = ({d},), "
                              f"got shape {tuple(c0.shape)}")

@@ -2,8 +2,9 @@
 
 Every factory has the same shape: it checks its parameters and returns a :class:`MetaDist`, a small
 NamedTuple that is called as ``metadist(key, K) -> (K, d)`` JAX array of domain means (``key``: int
-seed or JAX key). Sampling is pure JAX, so the Monte-Carlo engine can ``vmap`` it over seeds and
-the first ``K`` rows of a draw of ``K_max`` rows are a draw of ``K`` (domains arrive in order).
+seed or JAX key). Sampling is pure JAX, so the Monte-Carlo engine can ``vmap`` it over seeds. For
+the built-in factories except :func:`balanced`, the first ``K`` rows of a draw of ``K_max`` rows
+are the draw of ``K`` (domains arrive in order; ``balanced`` puts its unpaired domain last).
 
 Each result documents E[mu_k] (``mean``), Cov[mu_k] (``cov``), whether D_mu is symmetric about
 mu_* (Def. 4, ``symmetric``) and whether the K means are i.i.d. (``iid``). To add a
@@ -11,6 +12,7 @@ meta-distribution, write one more factory here in the same shape.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -67,7 +69,10 @@ def _unit(direction: Any, d: int) -> np.ndarray:
 
 
 def _nonneg(name: str, value: Any) -> float:
-    v = float(value)
+    try:
+        v = float(value) if not isinstance(value, (str, bytes, bool)) else math.nan
+    except (TypeError, ValueError):
+        v = math.nan
     if not np.isfinite(v) or v < 0:
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     return v
@@ -208,6 +213,9 @@ def from_callable(fn: Callable[[Any, int], Any], *, d: int, mu_star: Any = 0.0,
         raise ValueError(f"fn must be callable as fn(key, K) -> (K, d), got {type(fn).__name__}")
     d = _checks.integer("d", d, 1)
     mu = _vec("mu_star", mu_star, d)
-    return MetaDist(name, d, fn, mu, None if mean is None else _vec("mean", mean, d),
-                    None if cov is None else np.asarray(cov, dtype=float), bool(symmetric),
-                    bool(iid), {})
+    if cov is not None:
+        cov = np.asarray(cov, dtype=float)
+        if cov.shape != (d, d) or not np.all(np.isfinite(cov)):
+            raise ValueError(f"cov must be a finite (d, d) = ({d}, {d}) matrix, got shape {cov.shape}")
+    return MetaDist(name, d, fn, mu, None if mean is None else _vec("mean", mean, d), cov,
+                    bool(symmetric), bool(iid), {})

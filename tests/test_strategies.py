@@ -1,0 +1,253 @@
+"""The public strategies (naive_pool, subsample, match) against independent oracles:
+poolsim._reference (plain NumPy loops sharing no code with the core), scikit-learn's MeanShift
+(domain-level L2 matching), and the closed-form law of Def. 2 for subsampling."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from sklearn.cluster import MeanShift
+
+import poolsim
+from poolsim import _reference as ref
+
+BACKENDS = {"numpy": np.asarray, "jax": jnp.asarray, "torch": torch.tensor}
+ARRAY_TYPE = {"numpy": np.ndarray, "jax": jax.Array, "torch": torch.Tensor}
+# Thresholds per metric: on the data below each excludes the two outlying domains but keeps the
+# core group (checked in the test, so a tau that matches everything or nothing would fail).
+TAUS = {"l2": 1.0, "cosine": 0.08, "geodesic": 0.4}
+COUNTS = np.array([5, 3, 4, 5, 2, 5])  # ragged: the first counts[k] rows of X[k] are real
+
+
+def _host(a):
+    return a.detach().cpu().numpy() if torch.is_tensor(a) else np.asarray(a)
+
+
+def _data(seed=0):
+    """X: (6, 5, 3). Four domains near mu* = (2, 0, 0), one at (2, 2.5, 0) (off in angle and L2),
+    one at (-0.5, 1.5, 0.5); within-domain spread 0.3. Padding rows (beyond COUNTS) are zeros."""
+    rng = np.random.default_rng(seed)
+    mu = np.array([2.0, 0, 0]) + 0.25 * rng.normal(size=(6, 3))
+    mu[2] = [2.0, 2.5, 0.0]
+    mu[4] = [-0.5, 1.5, 0.5]
+    X = mu[:, None, :] + 0.3 * rng.normal(size=(6, 5, 3))
+    return X * (np.arange(5)[None, :, None] < COUNTS[:, None, None])
+
+
+CASES = ([("naive_pool", None, None), ("subsample", None, None)]
+         + [("match", m, lvl) for m in TAUS for lvl in ("domain", "sample")])
+
+
+@pytest.mark.parametrize("ragged", [False, True], ids=["full", "ragged"])
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("strategy,metric,level", CASES)
+def test_strategy_matches_reference(strategy, metric, level, backend, ragged):
+    X = _data()
+    counts = COUNTS if ragged else None
+    Xb = BACKENDS[backend](X)
+    cb = None if counts is None else BACKENDS[backend](counts)
+    valid = np.arange(5)[None, :] < (COUNTS if ragged else np.full(6, 5))[:, None]
+
+    if strategy == "naive_pool":
+        res = poolsim.naive_pool(Xb, counts=cb)
+        expected = ref.ref_naive_pool(X, counts)  # oracle: loop over valid samples
+        assert float(_host(res.n_samples)) == valid.sum()
+    elif strategy == "subsample":
+        res = poolsim.subsample(123, Xb, 4, 7, counts=cb)
+        dom, idx = _host(res.domains), _host(res.indices)
+        assert dom.shape == (4,) and idx.shape == (4, 7) and len(set(dom.tolist())) == 4
+        assert np.all(idx >= 0) and np.all(idx < valid.sum(axis=1)[dom][:, None])  # never padding
+        # Oracle: the loop mean of exactly the draws poolsim reports (shared draws -> exact).
+        expected = ref.ref_subsample_mean(X, dom, idx)
+        # The same seed draws the same domains and indices on every backend (JAX does the draw).
+        jres = poolsim.subsample(123, jnp.asarray(X), 4, 7, counts=counts)
+        np.testing.assert_array_equal(dom, np.asarray(jres.domains))
+        np.testing.assert_array_equal(idx, np.asarray(jres.indices))
+    else:
+        tau = TAUS[metric]
+        res = poolsim.match(Xb, tau, metric=metric, level=level, counts=cb)
+        c, inc, n_iter, conv = ref.ref_match(X, tau, metric=metric, level=level, counts=counts)
+        expected = c  # oracle: ref_match (loops, np.median init, np.arccos geodesic)
+        got_inc = _host(res.included)
+        if level == "domain":
+            assert got_inc.shape == (6,)
+            np.testing.assert_array_equal(got_inc, inc)
+            assert got_inc[[2, 4]].sum() == 0 and got_inc.sum() >= 3  # the data has a real choice
+            matched = (got_inc[:, None] * valid).sum()
+        else:
+            assert got_inc.shape == (6, 5)
+            assert np.all(got_inc[~valid] == 0)  # padding is never matched
+            np.testing.assert_array_equal(got_inc[valid], inc)  # same domain-major order
+            assert 0 < got_inc.sum() < valid.sum()
+            matched = got_inc.sum()
+        assert int(_host(res.n_iter)) == n_iter and bool(_host(res.converged)) == conv
+        assert conv, "the fixed-seed data converges for every metric/level"
+        assert float(_host(res.n_matched)) == matched
+        np.testing.assert_allclose(_host(res.centroid), _host(res.mean), rtol=0, atol=0)
+
+    assert isinstance(res.mean, ARRAY_TYPE[backend])  # results come back in the input's library
+    np.testing.assert_allclose(_host(res.mean), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_match_and_pool_trace_under_jit():
+    # Two combinations (each jit compile costs ~1 s); eager results of all combinations are
+    # checked against the reference above, here only that tracing gives the same numbers.
+    X = jnp.asarray(_data(1))
+    for metric, level in (("geodesic", "domain"), ("l2", "sample")):
+        tau = TAUS[metric]
+        f = jax.jit(lambda x: poolsim.match(x, tau, metric=metric, level=level, counts=COUNTS))
+        jitted, eager = f(X), poolsim.match(X, tau, metric=metric, level=level, counts=COUNTS)
+        for a, b in zip(jitted, eager):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(jax.jit(lambda x: poolsim.naive_pool(x).mean)(X),
+                               poolsim.naive_pool(X).mean, rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_domain_level_l2_match_equals_sklearn_meanshift(seed):
+    """Flat-kernel mean shift from one seed is Def. 3 at domain level with equal domain sizes: the
+    next centroid is the mean of the domain means within the bandwidth."""
+    rng = np.random.default_rng(seed)
+    K, N, d, tau, tol = 40, 4, 2, 1.0, 1e-4
+    X = rng.normal(size=(K, 1, d)) * 1.2 + 0.2 * rng.normal(size=(K, N, d))
+    means = X.mean(axis=1)
+    c0 = np.median(X.reshape(-1, d), axis=0)  # the same start: the coordinate-wise median init
+    res = poolsim.match(X, tau, metric="l2", level="domain", init="median", tol=tol)
+    ms = MeanShift(bandwidth=tau, seeds=c0[None, :], cluster_all=False, bin_seeding=False).fit(means)
+    # Tolerance: sklearn stops once a step is <= 1e-3 * bandwidth, we once a step is < tol. With a
+    # flat kernel the iteration reaches an exact fixed point (the gated set stops changing, the
+    # step becomes exactly 0) after finitely many steps, and both runs follow the same iterates, so
+    # their stopping points differ by at most the last step either rule accepts:
+    # 1e-3 * tau + tol = 1.1e-3.
+    np.testing.assert_allclose(np.asarray(res.centroid), ms.cluster_centers_[0], rtol=0,
+                               atol=1e-3 * tau + tol)
+    # Membership: sklearn labels a point 0 iff it lies within the bandwidth of the final center
+    # (cluster_all=False leaves the rest at -1) -- the same set as our included domains.
+    np.testing.assert_array_equal(np.asarray(res.included), (ms.labels_ == 0).astype(float))
+    assert 3 <= res.included.sum() < K
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("level", ["domain", "sample"])
+def test_empty_matched_set_keeps_previous_centroid(backend, level):
+    X = BACKENDS[backend](_data())
+    far = [50.0, 50.0, 50.0]  # an explicit start no domain mean or sample is within tau of
+    # init as a list / a NumPy vector: also checks it is accepted whatever the library of X.
+    init = far if level == "domain" else np.array(far)
+    res = poolsim.match(X, 1.0, metric="l2", level=level, init=init)
+    np.testing.assert_array_equal(_host(res.mean), far)  # the previous (= initial) centroid
+    np.testing.assert_array_equal(_host(res.centroid), far)
+    assert not bool(_host(res.converged)) and int(_host(res.n_iter)) == 1
+    assert float(_host(res.n_matched)) == 0 and np.all(_host(res.included) == 0)
+    assert np.all(np.isfinite(_host(res.mean)))
+
+
+def _subsample_moments(X, counts, m, n):
+    """Closed-form mean and variance (per coordinate) of the Def. 2 estimate.
+
+    With xbar_k, s_k^2 the mean and (1/N_k) variance of domain k's N_k real rows:
+    E = (1/K) sum_k xbar_k. Var = between + within: the mean of m domain means drawn without
+    replacement has variance (sigma_b^2 / m) (K - m) / (K - 1), sigma_b^2 the (1/K) variance of the
+    xbar_k; given the domains, the n-draw mean of domain k has variance s_k^2 / n, averaged over
+    the m domains: (1 / (m n)) (1/K) sum_k s_k^2."""
+    K = X.shape[0]
+    rows = [X[k, : counts[k]] for k in range(K)]
+    xbar = np.stack([r.mean(axis=0) for r in rows])
+    s2 = np.stack([r.var(axis=0) for r in rows])
+    between = xbar.var(axis=0) / m * (K - m) / (K - 1)
+    return xbar.mean(axis=0), between + s2.mean(axis=0) / (m * n)
+
+
+def test_subsample_law_matches_reference_and_closed_form():
+    # Ragged domains whose rows trend with the row index, so that drawing rows non-uniformly (or
+    # from the padding) moves the mean and variance.
+    X = _data(3)[:, :, :2] + np.arange(5)[None, :, None] * 0.5
+    X = X * (np.arange(5)[None, :, None] < COUNTS[:, None, None])
+    m, n, R = 3, 4, 2000
+    mean, var = _subsample_moments(X, COUNTS, m, n)
+    Xj = jnp.asarray(X)
+    keys = jax.random.split(jax.random.key(2026), R)
+    ours = np.asarray(jax.vmap(lambda k: poolsim.subsample(k, Xj, m, n, counts=COUNTS).mean)(keys))
+    gen = np.random.default_rng(2026)
+    theirs = np.stack([ref.ref_subsample(gen, X, m, n, counts=COUNTS) for _ in range(R)])
+    for draws in (ours, theirs):
+        # Mean within 4 standard errors, SE computed from the draws.
+        se = draws.std(axis=0, ddof=1) / np.sqrt(R)
+        assert np.all(np.abs(draws.mean(axis=0) - mean) < 4 * se), (draws.mean(axis=0), mean, se)
+        # Variance within 4 SE of the sample variance: SE^2 = (m4 - s^4) / R from the draws.
+        dev = draws - draws.mean(axis=0)
+        s2 = (dev ** 2).mean(axis=0)
+        se_var = np.sqrt(((dev ** 4).mean(axis=0) - s2 ** 2) / R)
+        assert np.all(np.abs(draws.var(axis=0, ddof=1) - var) < 4 * se_var), (draws.var(axis=0), var)
+
+
+def test_same_int_seed_and_jax_key_give_same_subsample():
+    X = _data()
+    a = poolsim.subsample(7, X, 3, 5)
+    b = poolsim.subsample(jax.random.key(7), X, 3, 5)
+    c = poolsim.subsample(jax.random.PRNGKey(7), X, 3, 5)  # raw uint32 key
+    for other in (b, c):
+        np.testing.assert_array_equal(a.domains, other.domains)
+        np.testing.assert_array_equal(a.indices, other.indices)
+        np.testing.assert_array_equal(a.mean, other.mean)
+    d = poolsim.subsample(8, X, 3, 5)  # a different seed gives a different draw
+    assert not np.array_equal(a.indices, d.indices)
+
+
+_X = _data()
+
+
+def _bad_x(value, where=(1, 2, 0)):
+    X = _X.copy()
+    X[where] = value
+    return X
+
+
+# (call, argument the message must name). Every bad input listed in issue 2.
+BAD = {
+    "tau=0": (lambda: poolsim.match(_X, 0.0), "tau"),
+    "tau<0": (lambda: poolsim.match(_X, -1.0), "tau"),
+    "tau=nan": (lambda: poolsim.match(_X, float("nan")), "tau"),
+    "tau=inf": (lambda: poolsim.match(_X, float("inf")), "tau"),
+    "tau=str": (lambda: poolsim.match(_X, "1"), "tau"),
+    "K=0 pool": (lambda: poolsim.naive_pool(np.zeros((0, 3, 2))), "K"),
+    "K=0 subsample": (lambda: poolsim.subsample(0, np.zeros((0, 3, 2)), 1, 1), "K"),
+    "K=0 match": (lambda: poolsim.match(np.zeros((0, 3, 2)), 1.0), "K"),
+    "N=0 pool": (lambda: poolsim.naive_pool(np.zeros((3, 0, 2))), "N"),
+    "N=0 match": (lambda: poolsim.match(np.zeros((3, 0, 2)), 1.0), "N"),
+    "nan in X pool": (lambda: poolsim.naive_pool(_bad_x(np.nan)), "X"),
+    "inf in X subsample": (lambda: poolsim.subsample(0, _bad_x(np.inf), 2, 2), "X"),
+    "-inf in X match": (lambda: poolsim.match(_bad_x(-np.inf), 1.0), "X"),
+    "nan in X torch": (lambda: poolsim.match(torch.tensor(_bad_x(np.nan)), 1.0), "X"),
+    "nan in X jax": (lambda: poolsim.naive_pool(jnp.asarray(_bad_x(np.nan))), "X"),
+    "X 2-D": (lambda: poolsim.naive_pool(np.zeros((3, 2))), "X"),
+    "X 4-D": (lambda: poolsim.match(np.zeros((2, 3, 2, 1)), 1.0), "X"),
+    "counts length": (lambda: poolsim.naive_pool(_X, counts=[5, 5]), "counts"),
+    "counts > N": (lambda: poolsim.match(_X, 1.0, counts=[6, 5, 5, 5, 5, 5]), "counts"),
+    "counts = 0": (lambda: poolsim.subsample(0, _X, 2, 2, counts=[0, 5, 5, 5, 5, 5]), "counts"),
+    "counts non-int": (lambda: poolsim.naive_pool(_X, counts=[2.5, 5, 5, 5, 5, 5]), "counts"),
+    "metric": (lambda: poolsim.match(_X, 1.0, metric="manhattan"), "metric"),
+    "level": (lambda: poolsim.match(_X, 1.0, level="pixel"), "level"),
+    "init name": (lambda: poolsim.match(_X, 1.0, init="mode"), "init"),
+    "init shape": (lambda: poolsim.match(_X, 1.0, init=np.zeros(2)), "init"),
+    "init nan": (lambda: poolsim.match(_X, 1.0, init=np.array([0.0, np.nan, 0.0])), "init"),
+    "tol": (lambda: poolsim.match(_X, 1.0, tol=0.0), "tol"),
+    "max_iter": (lambda: poolsim.match(_X, 1.0, max_iter=0), "max_iter"),
+    "m > K": (lambda: poolsim.subsample(0, _X, 7, 2), "m"),
+    "m = 0": (lambda: poolsim.subsample(0, _X, 0, 2), "m"),
+    "m float": (lambda: poolsim.subsample(0, _X, 2.0, 2), "m"),
+    "n = 0": (lambda: poolsim.subsample(0, _X, 2, 0), "n"),
+    "n < 0": (lambda: poolsim.subsample(0, _X, 2, -3), "n"),
+    "key": (lambda: poolsim.subsample("seed", _X, 2, 2), "key"),
+    "DA weights length": (lambda: poolsim.da_score([70, 72, 71, 75, 80], weights=[0.5, 0.5]), "weights"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_raises_value_error_naming_argument(case):
+    call, name = BAD[case]
+    with pytest.raises(ValueError, match=rf"\b{name}\b") as err:
+        call()
+    # ... and says what is allowed (a range, a set of choices, or "finite").
+    msg = str(err.value)
+    assert any(word in msg for word in ("must", "one of", ">=", "finite")), msg
