@@ -236,10 +236,12 @@ def running_update(c, count, x, tau, metric: str):
 
     A new point ``x: (d,)`` is accepted iff ``M(x - c) < tau``; then the centroid of a matched set
     of ``count`` points moves to ``(count c + x) / (count + 1)``, otherwise nothing changes.
-    Returns ``(c_next (d,), count_next (), accepted () 0/1)``. Unlike :func:`iterate_match` this
+    Returns ``(c_next (d,), count_next (), accepted () 0/1)``; leading batch axes broadcast
+    (``c, x: (S, d)``, ``count: (S,)``). Unlike :func:`iterate_match` this
     never revisits earlier decisions, so an accepted step moves ``c`` by exactly
     ``||x - c|| / (count + 1)`` and a rejected step not at all.
     """
+    xp = namespace(c, x)
     acc = gate(distance(x, c, metric), tau)
-    c_next = c + acc * (x - c) / (count + 1.0)
+    c_next = c + xp.expand_dims(acc / (count + 1.0), axis=-1) * (x - c)
     return c_next, count + acc, acc

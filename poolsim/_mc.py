@@ -78,3 +78,16 @@ def subsample_points(X, keys, *, m: int, n: int):
         return x[sub.domains[:, None], sub.indices].reshape(m * n, x.shape[-1])
 
     return jax.vmap(one)(X, keys)
+
+
+def loglog_slope(taus: Any, counts: Any, n: int, p_exact: Any):
+    """Weighted least-squares slope of ``log(counts / n)`` on ``log(taus)`` (independent binomial
+    counts, one per tau) with its standard error, and the slope of ``log(p_exact)`` under the same
+    weights ``n p/(1-p)`` (1/Var of log p-hat, delta method, taken at ``p_exact`` so both fits use
+    identical weights and the comparison has no curvature bias). Returns ``(slope, se, exact)``."""
+    taus, p_exact = np.asarray(taus, float), np.asarray(p_exact, float)
+    w = n * p_exact / (1 - p_exact)
+    A = np.stack([np.ones_like(taus), np.log(taus)], axis=1)
+    cov = np.linalg.inv(A.T @ (w[:, None] * A))
+    fit = cov @ A.T @ (w[:, None] * np.log(np.stack([np.asarray(counts, float) / n, p_exact], 1)))
+    return float(fit[1, 0]), float(np.sqrt(cov[1, 1])), float(fit[1, 1])
