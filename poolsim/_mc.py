@@ -42,16 +42,18 @@ def domains(md: MetaDist, seed: int, S: int, K: int, N: int, sigma: float):
 
 @partial(jax.jit, static_argnames=("m", "n", "metric"))
 def estimates(X, keys, tau, init, *, m: int, n: int, metric: str = "l2"):
-    """Per seed: pooled mean, subsampled mean, matched mean, matched-domain weights ``(S, K)``.
+    """Per seed: pooled mean ``(S, d)``, the ``m n`` subsampled points ``(S, m n, d)`` (their mean
+    is the subsampling estimate), matched mean ``(S, d)``, matched-domain weights ``(S, K)``.
 
     ``init: (d,)`` explicit start of the matching iteration (the same for every seed) or ``None``
     for the coordinate-wise median.
     """
     def one(x, key):
         pooled = _strategies.naive_pool(x).mean
-        sub = _strategies.subsample(key, x, m, n).mean
+        sub = _strategies.subsample(key, x, m, n)
+        points = x[sub.domains[:, None], sub.indices].reshape(m * n, x.shape[-1])
         mt = _strategies.match(x, tau, metric=metric, init="median" if init is None else init)
-        return pooled, sub, mt.mean, mt.included
+        return pooled, points, mt.mean, mt.included
 
     return jax.vmap(one)(X, keys)
 
