@@ -104,11 +104,13 @@ def _valid_and_paper_bounds(points, c, s, tau):
 
 
 @FAST
-@given(POINTS, vec, SCALE, st.floats(0.01, 5.0))
-def test_matched_set_norm_and_variance_with_valid_constant(points, c, s, tau):
+@given(POINTS, st.integers(0, 11), vec, SCALE, st.floats(0.01, 5.0))
+def test_matched_set_norm_and_variance_with_valid_constant(points, i, shift, s, tau):
     """Properties 2 and 4 with the constant that follows from Assumption 1:
     m_M ||x - c|| <= M(x - c) < tau gives ||x - c|| < tau/m_M, so the norm gap < tau/m_M and the
-    variance (<= mean squared distance to c) < (tau/m_M)^2. Here M = s ||.||, m_M = L_M = s."""
+    variance (<= mean squared distance to c) < (tau/m_M)^2. Here M = s ||.||, m_M = L_M = s;
+    c is a point moved by a fraction of tau/s so that S is rarely empty."""
+    c = points[i] + shift / 5 * tau / s / np.sqrt(D)
     out = _valid_and_paper_bounds(points, c, s, tau)
     assume(out is not None)
     gap, var = out
@@ -117,9 +119,10 @@ def test_matched_set_norm_and_variance_with_valid_constant(points, c, s, tau):
 
 
 @FAST
-@given(POINTS, vec, st.floats(1.0, 10.0), st.floats(0.01, 5.0))
-def test_paper_constant_holds_when_L_times_m_at_least_one(points, c, s, tau):
+@given(POINTS, st.integers(0, 11), vec, st.floats(1.0, 10.0), st.floats(0.01, 5.0))
+def test_paper_constant_holds_when_L_times_m_at_least_one(points, i, shift, s, tau):
     """The paper's L_M tau is >= the valid tau/m_M iff L_M m_M >= 1 (here s^2 >= 1)."""
+    c = points[i] + shift / 5 * tau / s / np.sqrt(D)
     out = _valid_and_paper_bounds(points, c, s, tau)
     assume(out is not None)
     gap, var = out
