@@ -4,6 +4,7 @@ Reproduces and tests "Beyond Pooling: Matching for Robust Generalization under D
 (AISTATS 2026). Public API only; the implementation lives in private modules.
 """
 from . import metadist as metadist
+from . import theory as theory
 from ._da import da_score as da_score
 from ._strategies import Matched as Matched
 from ._strategies import Pooled as Pooled

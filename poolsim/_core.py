@@ -234,3 +234,19 @@ def iterate_match(points, mass, c0, tau, metric: str, *, tol: float, max_iter: i
         if bool(moved < tol):
             return c, inc, t, True, total
     return c, inc, max_iter, False, total
+
+
+def running_update(c, count, x, tau, metric: str):
+    """One step of the *running-mean* matching update analysed in the proof of Thm 3(3).
+
+    A new point ``x: (d,)`` is accepted iff ``M(x - c) < tau``; then the centroid of a matched set
+    of ``count`` points moves to ``(count c + x) / (count + 1)``, otherwise nothing changes.
+    Returns ``(c_next (d,), count_next (), accepted () 0/1)``; leading batch axes broadcast
+    (``c, x: (S, d)``, ``count: (S,)``). Unlike :func:`iterate_match` this
+    never revisits earlier decisions, so an accepted step moves ``c`` by exactly
+    ``||x - c|| / (count + 1)`` and a rejected step not at all.
+    """
+    xp = namespace(c, x)
+    acc = gate(distance(x, c, metric), tau)
+    c_next = c + xp.expand_dims(acc / (count + 1.0), axis=-1) * (x - c)
+    return c_next, count + acc, acc
