@@ -84,7 +84,7 @@ def selection_score(backbone, head, samples, cfg, device) -> float:
 
 
 def load_run(run, *, checkpoint: str = "auto", device: str = "auto"):
-    """Rebuild ``(cfg, backbone, head, checkpoint_info)`` of a run folder."""
+    """Rebuild ``(cfg, backbone, head, checkpoint_info, device)`` of a run folder."""
     from .train import TrainConfig, make_head
 
     run = Path(run)

@@ -42,12 +42,12 @@ def bce_loss(logits, labels):
 
 
 def geodesic_intra(f, accepted, c):
-    """``f: (n, d)``, ``accepted: (n,)`` 0/1, ``c: (d,)``: mean of ``d_G(f_j, c)^2`` over accepted ``j``."""
-    d2 = _core.geodesic(f, c) ** 2
-    mean, _ = _core.weighted_mean(d2[:, None], accepted, torch.zeros_like(d2[:1]))
-    return mean[0]
+    """``f: (..., n, d)``, ``accepted: (..., n)`` 0/1, ``c: (..., d)`` -> ``(...)``: mean of
+    ``d_G(f_j, c)^2`` over the accepted ``j`` (0 for an empty set)."""
+    d2 = _core.geodesic(f, c[..., None, :]) ** 2
+    return (accepted * d2).sum(-1) / torch.clamp(accepted.sum(-1), min=1.0)
 
 
 def geodesic_inter(c_pos, c_neg, both_initialised):
-    """``-d_G(c+, c-)``, times the 0/1 ``both_initialised``."""
+    """``-d_G(c+, c-)`` over the last axis, times the 0/1 ``both_initialised``."""
     return -_core.geodesic(c_pos, c_neg) * both_initialised

@@ -25,6 +25,7 @@ stored state is detached.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -108,7 +109,9 @@ def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geode
 class CentroidBank(torch.nn.Module):
     """Centroid state for ``n_slots`` (layer, task) pairs, stored as buffers so it is checkpointed.
 
-    ``step(k, f, y, valid)`` runs :func:`match` against slot ``k`` and stores the detached result.
+    ``step(start, f, y, valid)`` matches ``f: (S, n, d)`` against slots ``start .. start+S-1``
+    (``y, valid: (n,)`` shared by the slots) and, in training mode, stores the detached result. The
+    batched gate is ``torch.func.vmap``-ed over the slots (one set of kernels for all layers).
     """
 
     def __init__(self, n_slots: int, dim: int, *, metric: str = "geodesic", mode: str = "batched",
@@ -123,13 +126,20 @@ class CentroidBank(torch.nn.Module):
         self.register_buffer("init_pos", torch.zeros(n_slots))
         self.register_buffer("init_neg", torch.zeros(n_slots))
 
-    def step(self, k: int, f, y, valid) -> Matched:
-        out = match(f, y, valid, self.c_pos[k], self.c_neg[k], self.init_pos[k], self.init_neg[k],
-                    metric=self.metric, mode=self.mode, alpha=self.alpha, update=self.update)
+    def step(self, start: int, f, y, valid) -> Matched:
+        """``Matched`` with a leading slot axis ``S`` on every field."""
+        sl = slice(start, start + f.shape[0])
+        state = (self.c_pos[sl], self.c_neg[sl], self.init_pos[sl], self.init_neg[sl])
+        run = partial(match, metric=self.metric, mode=self.mode, alpha=self.alpha, update=self.update)
+        if self.mode == "batched":
+            out = torch.func.vmap(run, in_dims=(0, None, None, 0, 0, 0, 0))(f, y, valid, *state)
+        else:  # Algorithm 1's feature loop cannot be vectorised; slots one after the other
+            per_slot = [run(f[s], y, valid, *(t[s] for t in state)) for s in range(f.shape[0])]
+            out = Matched(*(torch.stack(field) for field in zip(*per_slot)))
         if self.training:
             with torch.no_grad():
-                self.c_pos[k] = out.c_pos.detach()
-                self.c_neg[k] = out.c_neg.detach()
-                self.init_pos[k] = out.init_pos.detach()
-                self.init_neg[k] = out.init_neg.detach()
+                self.c_pos[sl] = out.c_pos.detach()
+                self.c_neg[sl] = out.c_neg.detach()
+                self.init_pos[sl] = out.init_pos.detach()
+                self.init_neg[sl] = out.init_neg.detach()
         return out

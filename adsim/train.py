@@ -102,28 +102,27 @@ def objective(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
     labels, masks, has_mask = batch["label"], batch["mask"], batch["has_mask"]
     size = masks.shape[-1]
     n_layers = head.n_layers
-    parts = dict.fromkeys(("dice", "focal", "bce", "intra", "inter"), 0.0)
+    parts = dict.fromkeys(("intra", "inter"), 0.0)
+    # all layers at once: (L*B, S, S) logits against the masks repeated per layer (= mean over layers)
+    z = F.interpolate(torch.stack(feats.seg_logits).reshape(-1, 1, grid, grid), size=(size, size),
+                      mode="bilinear", align_corners=False)[:, 0]
+    masks_l, valid_l = masks.repeat(n_layers, 1, 1), has_mask.repeat(n_layers)
+    parts["dice"] = L.dice_loss(torch.sigmoid(z), masks_l, valid_l)
+    parts["focal"] = L.focal_loss(z, masks_l, valid_l)
+    parts["bce"] = L.bce_loss(feats.image_logits.flatten(), labels.repeat(n_layers))
     if head.centroids is not None:
         # patch labels from the mask pooled to the patch grid: normal if no lesion pixel, anomalous if
         # at least half lesion, unknown (not matched) in between or without a mask
         frac = F.adaptive_avg_pool2d(masks[:, None], grid).flatten(1)
         y_patch = (frac >= 0.5).float().flatten()
         v_patch = (has_mask[:, None] * ((frac == 0) | (frac >= 0.5)).float()).flatten()
-    for k in range(n_layers):
-        z = F.interpolate(feats.seg_logits[k].reshape(-1, 1, grid, grid), size=(size, size),
-                          mode="bilinear", align_corners=False)[:, 0]
-        parts["dice"] += L.dice_loss(torch.sigmoid(z), masks, has_mask) / n_layers
-        parts["focal"] += L.focal_loss(z, masks, has_mask) / n_layers
-        parts["bce"] += L.bce_loss(feats.image_logits[k], labels) / n_layers
-        if head.centroids is None:
-            continue
-        f_img = _core.normalize(feats.det[k].mean(dim=1))  # image feature: normalised mean of patches
-        for slot, f, y, v in ((k, feats.seg[k].flatten(0, 1), y_patch, v_patch),
-                              (n_layers + k, f_img, labels, torch.ones_like(labels))):
-            m = head.centroids.step(slot, f, y, v)
+        f_seg = torch.stack([s.flatten(0, 1) for s in feats.seg])  # (L, B*N, E) patch features
+        f_img = _core.normalize(torch.stack([d.mean(dim=1) for d in feats.det]))  # (L, B, E) image features
+        for start, f, y, v in ((0, f_seg, y_patch, v_patch), (n_layers, f_img, labels, torch.ones_like(labels))):
+            m = head.centroids.step(start, f, y, v)
             parts["intra"] += (L.geodesic_intra(f, m.acc_pos, m.c_pos)
-                               + L.geodesic_intra(f, m.acc_neg, m.c_neg)) / (2 * n_layers)
-            parts["inter"] += L.geodesic_inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg) / (2 * n_layers)
+                               + L.geodesic_intra(f, m.acc_neg, m.c_neg)).sum() / (2 * n_layers)
+            parts["inter"] += L.geodesic_inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg).sum() / (2 * n_layers)
     parts["var"] = feats.var
     loss = (cfg.beta_dice * parts["dice"] + cfg.beta_focal * parts["focal"] + cfg.beta_bce * parts["bce"]
             + cfg.lambda_intra * parts["intra"] + cfg.lambda_inter * parts["inter"]
@@ -162,7 +161,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> P
         if not last.exists():
             raise ValueError(f"--resume: no checkpoint {last}")
         saved = read_json(out / "config.json")["config"]
-        now = write_json_ready(cfg._asdict())
+        now = _jsonable(cfg._asdict())
         diff = sorted(k for k in now if k != "epochs" and now[k] != saved.get(k))
         if diff:
             raise ValueError(f"--resume with a different configuration ({diff}); only --epochs may change")
@@ -185,7 +184,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> P
         selection = D.list_split(cfg.data, cfg.target, "test")
     if selection:
         D.require_both_classes(selection, f"selection set ({cfg.select})")
-    record = write_json_ready(_config_record(cfg, backbone, prompts))
+    record = _jsonable(_config_record(cfg, backbone, prompts))
     record["n_train_images"] = len(samples)
     write_json(out / "config.json", record)
 
@@ -234,10 +233,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> P
     return out
 
 
-def write_json_ready(obj):
+def _jsonable(obj):
     """Tuples -> lists recursively, so a config compares equal to its JSON round trip."""
     if isinstance(obj, dict):
-        return {k: write_json_ready(v) for k, v in obj.items()}
+        return {k: _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [write_json_ready(v) for v in obj]
+        return [_jsonable(v) for v in obj]
     return obj

@@ -111,12 +111,31 @@ def test_batched_gate_matches_numpy_from_scratch():
 
 def test_bank_stores_detached_state_only_in_training():
     bank = CentroidBank(2, 3)
-    f = torch.tensor([[1.0, 0.0, 0.0]], requires_grad=True)
+    f = torch.tensor([[[1.0, 0.0, 0.0]]], requires_grad=True)  # (S=1 slot, n=1, d=3)
     bank.step(1, f, torch.zeros(1), torch.ones(1))
     assert bank.init_pos.tolist() == [0.0, 1.0] and not bank.c_pos.requires_grad
     bank.eval()
     bank.step(0, f, torch.zeros(1), torch.ones(1))
     assert bank.init_pos.tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("mode", ["batched", "sequential"])
+def test_bank_slots_equal_one_match_per_slot(mode):
+    # the bank vmaps match() over slots (batched) or loops (sequential): same as calling it per slot
+    g = torch.Generator().manual_seed(1)
+    f, y, v = torch.randn(3, 40, 5, generator=g), (torch.rand(40, generator=g) < 0.4).float(), torch.ones(40)
+    bank = CentroidBank(4, 5, mode=mode)
+    bank.c_pos[1:] = torch.nn.functional.normalize(torch.randn(3, 5, generator=g), dim=-1)
+    bank.c_neg[1:] = torch.nn.functional.normalize(torch.randn(3, 5, generator=g), dim=-1)
+    bank.init_pos[1:], bank.init_neg[1:3] = 1.0, 1.0  # slot 3: anomaly centroid uninitialised
+    before = [t.clone() for t in (bank.c_pos, bank.c_neg, bank.init_pos, bank.init_neg)]
+    out = bank.step(1, f, y, v)
+    for s in range(3):
+        ref = match(f[s], y, v, *(t[s + 1] for t in before), mode=mode)
+        for a, b in zip(out, ref):
+            torch.testing.assert_close(a[s], b)
+    torch.testing.assert_close(bank.c_pos[1:], out.c_pos)
+    assert bank.init_neg[3] == 1.0 and bank.init_pos[0] == 0.0  # slot 0 untouched
 
 
 @pytest.mark.parametrize("kw", [{"metric": "manhattan"}, {"mode": "parallel"}, {"update": "mean"}])
