@@ -106,7 +106,7 @@ def build_backbone(name: str = "ViT-L-14-336", *, image_size: int | None = None,
         raise ValueError(f"checkpoint {checkpoint!r} does not fit backbone {name}: {err}") from err
     model.eval().requires_grad_(False)
     visual = model.visual
-    if not hasattr(visual, "transformer") or not hasattr(visual, "conv1"):
+    if not all(hasattr(visual, a) for a in ("transformer", "conv1", "_embeds")):
         raise ValueError(f"backbone {name} is not a plain open_clip VisionTransformer")
     depth = len(visual.transformer.resblocks)
     spec = BackboneSpec(name=name, image_size=size, patch_size=patch, grid=size // patch,

@@ -84,7 +84,8 @@ class VACA(nn.Module):
         if self.training:
             with torch.no_grad():
                 delta = (p_norm.float().mean(dim=(0, 1)) * (text[0] - text[1])).abs()
-                m = 1.0 if int(self.n_tracked) == 0 else self.momentum
+                # first batch: take Delta as is; then exponential running mean (no host sync)
+                m = torch.where(self.n_tracked == 0, 1.0, self.momentum)
                 self.delta_running.mul_(1.0 - m).add_(m * delta)
                 self.n_tracked += 1
         else:

@@ -219,7 +219,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> P
             for k, v in parts.items():
                 sums[k] = sums.get(k, 0.0) + v
             steps += 1
-            bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
+            if steps % 10 == 1:  # a host sync, so not every step
+                bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
         entry = {"epoch": epoch, "steps": steps, **{k: float(v) / steps for k, v in sums.items()}}
         if selection:
             entry["selection_score"] = selection_score(backbone, head, selection, cfg, device)

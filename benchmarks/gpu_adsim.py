@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from adsim._io import _atomic  # noqa: E402
 from adsim.backbone import RandomWeightsWarning, build_backbone, frozen_tokens  # noqa: E402
 from adsim.head import features, prompt_ensemble, text_embeddings  # noqa: E402
-from adsim.matching import match  # noqa: E402
+from adsim.matching import CentroidBank, match  # noqa: E402
 from adsim.train import TrainConfig, make_head, objective  # noqa: E402
 
 
@@ -131,10 +131,13 @@ def run(args) -> str:
     c = torch.nn.functional.normalize(torch.randn(2, spec.embed_dim, generator=gen), dim=-1).to(device)
     one = torch.ones((), device=device)
 
-    def gates_batched():  # what one training step runs: L seg slots (B*N features) + L det slots (B)
-        for _ in range(4):
-            match(f, y, v, c[0], c[1], one, one, mode="batched")
-            match(f[:b], y[:b], v[:b], c[0], c[1], one, one, mode="batched")
+    bank = CentroidBank(8, spec.embed_dim).to(device)
+    bank.c_pos[:], bank.c_neg[:], bank.init_pos[:], bank.init_neg[:] = c[0], c[1], 1.0, 1.0
+    f_seg, f_img = f.expand(4, n, spec.embed_dim), f[:b].expand(4, b, spec.embed_dim)
+
+    def gates_batched():  # what one training step runs: 4 seg slots (B*N features) + 4 det slots (B)
+        bank.step(0, f_seg, y, v)
+        bank.step(4, f_img, y[:b], v[:b])
     t_gates = _time(gates_batched, device, **kw)
     add(f"batched gates, all 8 slots of a step ({n} patch features/layer)", t_gates)
     t_seq = _time(lambda: match(f, y, v, c[0], c[1], one, one, mode="sequential"), device,
