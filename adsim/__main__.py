@@ -1,0 +1,109 @@
+"""``python -m adsim {make-toy-bmad,train,eval}`` -- see ``python -m adsim COMMAND --help``."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from poolsim import _core
+
+from . import data as D
+from .backbone import BACKBONES
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m adsim", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    toy = sub.add_parser("make-toy-bmad", help="write a small SIMULATED BMAD-layout data set")
+    toy.add_argument("dir")
+    toy.add_argument("--n-per-class", type=int, default=8)
+    toy.add_argument("--size", type=int, default=64)
+    toy.add_argument("--seed", type=int, default=0)
+
+    tr = sub.add_parser("train", help="zero-shot training on every domain except --target")
+    tr.add_argument("--data", required=True)
+    tr.add_argument("--target", required=True, help=f"one of {D.DOMAINS}")
+    tr.add_argument("--out", required=True, help="run folder")
+    tr.add_argument("--train-domains", nargs="+", default=None)
+    tr.add_argument("--train-splits", nargs="+", default=["valid", "test"])
+    tr.add_argument("--backbone", default="ViT-L-14-336", help=f"one of {tuple(BACKBONES)}")
+    tr.add_argument("--checkpoint", default=None, help="local open_clip weights file (none: random, warned)")
+    tr.add_argument("--image-size", type=int, default=None)
+    tr.add_argument("--no-quick-gelu", dest="quick_gelu", action="store_false")
+    tr.add_argument("--no-clip-norm", dest="clip_norm", action="store_false",
+                    help="skip CLIP mean/std normalisation (as the authors did)")
+    tr.add_argument("--epochs", type=int, default=10)
+    tr.add_argument("--batch-size", type=int, default=16)
+    tr.add_argument("--lr", type=float, default=1e-4)
+    tr.add_argument("--grad-clip", type=float, default=1.0)
+    tr.add_argument("--method", choices=("naive", "match"), default="match")
+    tr.add_argument("--metric", choices=_core.METRICS, default="geodesic")
+    tr.add_argument("--gate-mode", choices=("batched", "sequential"), default="batched")
+    tr.add_argument("--update", choices=("ema", "slerp"), default="ema")
+    tr.add_argument("--vaca", action=argparse.BooleanOptionalAction, default=True)
+    for name, default in (("gamma", 1.0), ("beta-dice", 1.0), ("beta-focal", 1.0), ("beta-bce", 1.0),
+                          ("lambda-intra", 1.0), ("lambda-inter", 0.1), ("lambda-var", 0.1)):
+        tr.add_argument(f"--{name}", type=float, default=default)
+    sel = tr.add_mutually_exclusive_group()
+    sel.add_argument("--select-heldout", type=float, default=None, metavar="FRAC",
+                     help="select the checkpoint on FRAC held-out data of the TRAINING domains")
+    sel.add_argument("--select-on-test", action="store_true",
+                     help="AUTHORS' PROTOCOL, optimistic and NOT zero-shot: select on the target's test set")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--device", default="auto")
+    tr.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto")
+    tr.add_argument("--num-workers", type=int, default=0)
+    tr.add_argument("--resume", action="store_true")
+    tr.add_argument("--no-progress", dest="progress", action="store_false")
+
+    ev = sub.add_parser("eval", help="write RUN/metrics.json for the target's test split")
+    ev.add_argument("--run", required=True)
+    ev.add_argument("--data", required=True)
+    ev.add_argument("--target", default=None, help="default: the run's target")
+    ev.add_argument("--checkpoint", choices=("auto", "last", "best"), default="auto")
+    ev.add_argument("--smooth-sigma", type=float, default=4.0)
+    ev.add_argument("--batch-size", type=int, default=16)
+    ev.add_argument("--device", default="auto")
+    ev.add_argument("--no-progress", dest="progress", action="store_false")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "make-toy-bmad":
+            from .toy import make_toy_bmad
+            root = make_toy_bmad(args.dir, n_per_class=args.n_per_class, size=args.size, seed=args.seed)
+            print(f"wrote SIMULATED toy BMAD to {root}")
+        elif args.command == "train":
+            from .train import TrainConfig, train
+            select = "test" if args.select_on_test else "heldout" if args.select_heldout else "last"
+            cfg = TrainConfig(
+                data=args.data, target=args.target, out=args.out, train_domains=args.train_domains,
+                train_splits=tuple(args.train_splits), backbone=args.backbone, checkpoint=args.checkpoint,
+                image_size=args.image_size, quick_gelu=args.quick_gelu, clip_norm=args.clip_norm,
+                epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, grad_clip=args.grad_clip,
+                method=args.method, metric=args.metric, gate_mode=args.gate_mode, update=args.update,
+                vaca=args.vaca, gamma=args.gamma, beta_dice=args.beta_dice, beta_focal=args.beta_focal,
+                beta_bce=args.beta_bce, lambda_intra=args.lambda_intra, lambda_inter=args.lambda_inter,
+                lambda_var=args.lambda_var, select=select, holdout_frac=args.select_heldout or 0.2,
+                seed=args.seed, device=args.device, precision=args.precision, num_workers=args.num_workers)
+            if select == "test":
+                print("WARNING: --select-on-test selects the checkpoint on the TARGET's test set "
+                      "(authors' protocol): the result is optimistic and not zero-shot", file=sys.stderr)
+            print(f"run written to {train(cfg, resume=args.resume, progress=args.progress)}")
+        else:
+            from .evaluate import evaluate
+            metrics = evaluate(args.run, args.data, args.target, checkpoint=args.checkpoint,
+                               smooth_sigma=args.smooth_sigma, batch_size=args.batch_size, device=args.device,
+                               progress=args.progress)
+            print(json.dumps(metrics, indent=2))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Atomic writes (temp file in the same folder, then ``os.replace``) and device/precision choice."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def _atomic(path, write) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_json(path, obj) -> Path:
+    return _atomic(path, lambda fh: fh.write(json.dumps(obj, indent=2, sort_keys=True).encode()))
+
+
+def read_json(path) -> dict:
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def save_torch(path, obj) -> Path:
+    return _atomic(path, lambda fh: torch.save(obj, fh))
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    try:
+        return torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"unknown device {device!r}: {err}") from None
+
+
+def autocast_dtype(precision: str, device: torch.device):
+    """``None`` for float32, else the autocast dtype: bf16 on GPU by default, fp32 on CPU."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "auto":
+        return torch.bfloat16 if device.type == "cuda" else None
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError("precision 'fp16' needs a CUDA device (use fp32 or bf16 on CPU)")
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]

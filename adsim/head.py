@@ -1,0 +1,181 @@
+"""Trainable head: seg/det adapters interleaved with the frozen blocks, VACA, text scoring, centroids.
+
+Shapes: ``B`` images, ``N = grid**2`` patch tokens, ``W`` transformer width, ``E`` joint embedding
+dimension (adapter bottleneck = text embedding size), ``L = 4`` adapter layers.
+
+* Adapters (after blocks ``spec.adapter_layers``): ``W -> E -> W`` with LeakyReLU; the residual stream
+  continues as ``0.8 x + 0.1 seg_out + 0.1 det_out``; the ``E``-d bottleneck output is the token
+  feature scored against the text embeddings.
+* Text: ``T = (t_normal, t_anomaly)``, each the renormalised mean over a prompt ensemble written for
+  this project (state phrases x templates). One prompt set for training, selection and test.
+* VACA (Algorithm 1, step 2) on both tasks: ``Delta = |mean_{b,n} P_norm (t_normal - t_anomaly)|``,
+  ``a = Softplus(MLP(Delta))``, ``w = 1 + gamma a``, ``P~ = normalize(P_norm w)`` and
+  ``Var = Var(Delta w)``. ``Delta`` is a batch statistic used as a constant (detached), so
+  ``L_var`` only reaches the MLP, as the paper states; a running mean of ``Delta`` (like batch-norm
+  statistics) is used at evaluation so a test image's score never depends on the other test images.
+  ``P~`` is renormalised because step (3) takes ``arccos(<f, c>)``, which needs unit features.
+* Patch logit ``z = 100 (<f, t_anomaly> - <f, t_normal>)``: the two-way softmax of ``100 <f, T>``
+  gives ``P(anomaly) = sigmoid(z)``. Image logit per layer: ``max_n z_det`` (Algorithm 1).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from poolsim import _core
+
+from .backbone import Backbone, encode_prompts
+from .matching import CentroidBank
+
+LOGIT_SCALE = 100.0
+# Prompt ensemble (ours): state phrases x templates, object-agnostic so that one text embedding pair
+# serves every modality and the target's name is never needed.
+NORMAL_STATES = ("normal {}", "healthy {}", "{} without any abnormality", "{} with no lesion",
+                 "unremarkable {}", "{} of healthy tissue")
+ANOMALY_STATES = ("abnormal {}", "{} with a lesion", "{} with an anomaly", "{} showing a tumor",
+                  "diseased {}", "{} with pathological findings")
+TEMPLATES = ("a photo of a {}.", "a medical image of a {}.", "a scan of a {}.",
+             "a close-up image of a {}.", "an image showing a {}.")
+OBJECT = "medical scan"
+
+
+def prompt_ensemble() -> dict:
+    """``{"normal": [...], "anomaly": [...]}`` -- every prompt the text tower encodes."""
+    def expand(states):
+        return [t.format(s.format(OBJECT)) for s in states for t in TEMPLATES]
+    return {"normal": expand(NORMAL_STATES), "anomaly": expand(ANOMALY_STATES)}
+
+
+def text_embeddings(backbone: Backbone, prompts: dict) -> torch.Tensor:
+    """``T: (2, E)`` unit rows (normal, anomaly): renormalised mean of each ensemble's embeddings."""
+    rows = [_core.normalize(encode_prompts(backbone, list(prompts[k])).mean(0)) for k in ("normal", "anomaly")]
+    return torch.stack(rows)
+
+
+class Adapter(nn.Module):
+    """Residual bottleneck adapter ``W -> E -> W``; returns ``(bottleneck (.., E), output (.., W))``."""
+
+    def __init__(self, width: int, bottleneck: int):
+        super().__init__()
+        self.down = nn.Linear(width, bottleneck)
+        self.up = nn.Linear(bottleneck, width)
+        self.act = nn.LeakyReLU()
+
+    def forward(self, x):
+        mid = self.act(self.down(x))
+        return mid, self.act(self.up(mid))
+
+
+class VACA(nn.Module):
+    """Variance-aware channel attention for one (layer, task)."""
+
+    def __init__(self, dim: int, *, gamma: float = 1.0, hidden: int | None = None, momentum: float = 0.1):
+        super().__init__()
+        hidden = hidden or max(dim // 4, 8)
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, dim))
+        self.gamma, self.momentum = gamma, momentum
+        self.register_buffer("delta_running", torch.zeros(dim))
+        self.register_buffer("n_tracked", torch.zeros((), dtype=torch.long))
+
+    def forward(self, p_norm, text):
+        """``p_norm: (B, N, E)`` unit tokens, ``text: (2, E)`` -> ``(P~ (B, N, E) unit, Var (), w (E,))``."""
+        if self.training:
+            with torch.no_grad():
+                delta = (p_norm.float().mean(dim=(0, 1)) * (text[0] - text[1])).abs()
+                # first batch: take Delta as is; then exponential running mean (no host sync)
+                m = torch.where(self.n_tracked == 0, 1.0, self.momentum)
+                self.delta_running.mul_(1.0 - m).add_(m * delta)
+                self.n_tracked += 1
+        else:
+            delta = self.delta_running
+        w = 1.0 + self.gamma * nn.functional.softplus(self.mlp(delta))
+        var = torch.var(delta * w, correction=0)
+        return _core.normalize(p_norm * w), var, w
+
+
+class Features(NamedTuple):
+    seg: list         # L x (B, N, E) unit seg features (after VACA when on)
+    det: list         # L x (B, N, E) unit det features
+    seg_logits: list  # L x (B, N) patch anomaly logits
+    det_logits: list  # L x (B, N)
+    image_logits: torch.Tensor  # (L, B) max over patches of det logits
+    var: torch.Tensor           # () sum of VACA variances (0 without VACA)
+
+
+class Head(nn.Module):
+    """Every trainable parameter and every piece of state that a run checkpoints."""
+
+    def __init__(self, width: int, embed_dim: int, text: torch.Tensor, *, n_layers: int = 4,
+                 vaca: bool = True, gamma: float = 1.0, matching: bool = True, metric: str = "geodesic",
+                 gate_mode: str = "batched", alpha: float = 0.5, update: str = "ema"):
+        super().__init__()
+        if text.shape != (2, embed_dim):
+            raise ValueError(f"text embeddings must have shape (2, {embed_dim}), got {tuple(text.shape)}")
+        self.seg_adapters = nn.ModuleList(Adapter(width, embed_dim) for _ in range(n_layers))
+        self.det_adapters = nn.ModuleList(Adapter(width, embed_dim) for _ in range(n_layers))
+        self.vaca = nn.ModuleList(VACA(embed_dim, gamma=gamma) for _ in range(2 * n_layers)) if vaca else None
+        # slots 0..L-1: segmentation (patch features), L..2L-1: detection (image features)
+        self.centroids = CentroidBank(2 * n_layers, embed_dim, metric=metric, mode=gate_mode,
+                                      alpha=alpha, update=update) if matching else None
+        self.register_buffer("text", text.float().clone())
+        self.n_layers = n_layers
+
+
+def features(backbone: Backbone, head: Head, images: torch.Tensor) -> Features:
+    """Interleaved forward: frozen blocks, adapters after the adapter blocks, then VACA and scoring.
+
+    ``images: (B, 3, S, S)`` normalised. Raises ``ValueError`` on a wrong image size or on NaN/inf
+    features (one host sync per call).
+    """
+    spec = backbone.spec
+    if images.ndim != 4 or images.shape[1] != 3 or tuple(images.shape[2:]) != (spec.image_size,) * 2:
+        raise ValueError(f"images must have shape (B, 3, {spec.image_size}, {spec.image_size}), "
+                         f"got {tuple(images.shape)}")
+    visual = backbone.model.visual
+    blocks = visual.transformer.resblocks
+    batch_first = getattr(visual.transformer, "batch_first", True)
+    x = visual._embeds(images)  # (B, 1 + N, W): patch embedding, class token, position, ln_pre
+    seg_mid, det_mid = [], []
+    for i, blk in enumerate(blocks[: spec.adapter_layers[-1] + 1]):
+        x = blk(x) if batch_first else blk(x.transpose(0, 1)).transpose(0, 1)
+        if i in spec.adapter_layers:
+            k = len(seg_mid)
+            s_mid, s_out = head.seg_adapters[k](x)
+            d_mid, d_out = head.det_adapters[k](x)
+            x = 0.8 * x + 0.1 * s_out + 0.1 * d_out
+            seg_mid.append(s_mid[:, 1:])
+            det_mid.append(d_mid[:, 1:])
+    text = head.text
+    direction = text[1] - text[0]
+    seg, det, seg_logits, det_logits = [], [], [], []
+    var = images.new_zeros((), dtype=torch.float32)
+    with torch.autocast(images.device.type, enabled=False):  # scoring and VACA in float32
+        for k in range(head.n_layers):
+            ps, pd = _core.normalize(seg_mid[k].float()), _core.normalize(det_mid[k].float())
+            if head.vaca is not None:
+                ps, v_s, _ = head.vaca[k](ps, text)
+                pd, v_d, _ = head.vaca[head.n_layers + k](pd, text)
+                var = var + v_s + v_d
+            seg.append(ps)
+            det.append(pd)
+            seg_logits.append(LOGIT_SCALE * ps @ direction)
+            det_logits.append(LOGIT_SCALE * pd @ direction)
+        image_logits = torch.stack([z.amax(dim=1) for z in det_logits])
+        if not bool(torch.isfinite(image_logits).all() & torch.isfinite(torch.stack(seg_logits)).all()):
+            raise ValueError("NaN or inf in the token features (check the input images and the checkpoint)")
+    return Features(seg, det, seg_logits, det_logits, image_logits, var)
+
+
+def anomaly_maps(feats: Features, grid: int, size: int) -> torch.Tensor:
+    """``(B, size, size)`` pixel anomaly probability: mean over layers of ``sigmoid(z_seg)`` on the
+    patch grid, bilinearly upsampled."""
+    z = torch.stack(feats.seg_logits)  # (L, B, N)
+    p = torch.sigmoid(z).mean(0).reshape(-1, 1, grid, grid)
+    return nn.functional.interpolate(p, size=(size, size), mode="bilinear", align_corners=False)[:, 0]
+
+
+def image_scores(feats: Features) -> torch.Tensor:
+    """``(B,)`` image anomaly score: mean over layers of ``sigmoid(image logit)``."""
+    return torch.sigmoid(feats.image_logits).mean(0)

@@ -1,0 +1,204 @@
+"""GPU benchmark of the adsim detector (issue 7, item 7). Not part of the tests.
+
+Random weights, synthetic images, ``ViT-L-14-336`` at 238 px (the 17 x 17 patch grid of the authors'
+240 px set-up), batch 16, bf16 autocast. Measures images/s for
+
+1. the frozen encoder forward alone (no grad),
+2. a bare adapter training step (adapters + a trivial loss, Adam),
+3. a naive-pooling training step (Dice + Focal + BCE, no VACA, no centroids: the MVFA-like baseline),
+4. a matching + VACA training step (batched gate, full objective),
+
+and the time of the batched vs the sequential gate on one batch's patch features. Prints a table,
+checks the targets of the issue (reported, never asserted) and appends the table to
+``benchmarks/RESULTS.md`` with the GPU name. Without CUDA it refuses, unless ``--device cpu --tiny``
+(a smoke run of the same code path on the tiny backbone; its numbers mean nothing).
+
+    python benchmarks/gpu_adsim.py                  # on a GPU machine, <= 5 minutes
+    python benchmarks/gpu_adsim.py --device cpu --tiny --results /tmp/smoke.md
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from adsim._io import _atomic  # noqa: E402
+from adsim.backbone import RandomWeightsWarning, build_backbone, frozen_tokens  # noqa: E402
+from adsim.head import features, prompt_ensemble, text_embeddings  # noqa: E402
+from adsim.matching import CentroidBank, match  # noqa: E402
+from adsim.train import TrainConfig, make_head, objective  # noqa: E402
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time(fn, device, *, warmup: int, iters: int) -> float:
+    """Median seconds per call."""
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _batch(spec, b, device, gen):
+    images = torch.randn(b, 3, spec.image_size, spec.image_size, generator=gen).to(device)
+    masks = torch.zeros(b, spec.image_size, spec.image_size)
+    s = spec.image_size
+    masks[1::2, s // 4: s // 2, s // 4: s // 2] = 1.0  # every other image anomalous with a lesion
+    labels = torch.tensor([float(i % 2) for i in range(b)])
+    return {"image": images, "mask": masks.to(device), "has_mask": torch.ones(b, device=device),
+            "label": labels.to(device)}
+
+
+def _step_fn(backbone, cfg, text, batch, device, amp, kind):
+    head = make_head(cfg, backbone, text).to(device)
+    opt = torch.optim.Adam(head.parameters(), lr=cfg.lr, betas=cfg.betas)
+
+    def step():
+        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+            feats = features(backbone, head, batch["image"])
+        if kind == "bare":
+            loss = torch.stack(feats.seg_logits).float().pow(2).mean() + feats.image_logits.float().pow(2).mean()
+        else:
+            loss, _ = objective(cfg, head, feats, batch, backbone.spec.grid)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
+        opt.step()
+    return step
+
+
+def run(args) -> str:
+    device = torch.device(args.device)
+    amp = torch.bfloat16 if device.type == "cuda" else None
+    name = "tiny" if args.tiny else args.backbone
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RandomWeightsWarning)  # random weights by design: timing only
+        backbone = build_backbone(name, image_size=args.image_size, seed=0, device=device)
+    spec = backbone.spec
+    text = text_embeddings(backbone, prompt_ensemble())
+    gen = torch.Generator().manual_seed(0)
+    b = args.batch_size
+    batch = _batch(spec, b, device, gen)
+    kw = {"warmup": args.warmup, "iters": args.iters}
+    rows = []
+
+    def add(label, seconds, n_images=None):
+        rows.append((label, seconds * 1e3, (n_images / seconds) if n_images else None))
+
+    def frozen():
+        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+            frozen_tokens(backbone, batch["image"])
+    add(f"frozen encoder forward (B={b})", _time(frozen, device, **kw), b)
+    base = TrainConfig(data="", target="Brain", out="")
+    t_bare = _time(_step_fn(backbone, base._replace(method="naive", vaca=False), text, batch, device, amp, "bare"),
+                   device, **kw)
+    add(f"bare adapter step (B={b})", t_bare, b)
+    for extra in args.sweep:
+        eb = _batch(spec, extra, device, gen)
+        t = _time(_step_fn(backbone, base._replace(method="naive", vaca=False), text, eb, device, amp, "bare"),
+                  device, **kw)
+        add(f"bare adapter step (B={extra})", t, extra)
+    t_naive = _time(_step_fn(backbone, base._replace(method="naive", vaca=False), text, batch, device, amp, "full"),
+                    device, **kw)
+    add(f"naive-pooling step (B={b})", t_naive, b)
+    t_match = _time(_step_fn(backbone, base._replace(method="match", vaca=True, gate_mode="batched"), text, batch,
+                             device, amp, "full"), device, **kw)
+    add(f"matching+VACA step, batched gate (B={b})", t_match, b)
+
+    # gates alone on one batch's patch features (B * N of them) and image features (B)
+    n = b * spec.grid ** 2
+    f = torch.nn.functional.normalize(torch.randn(n, spec.embed_dim, generator=gen), dim=-1).to(device)
+    y = (torch.rand(n, generator=gen) < 0.2).float().to(device)
+    v = torch.ones(n, device=device)
+    c = torch.nn.functional.normalize(torch.randn(2, spec.embed_dim, generator=gen), dim=-1).to(device)
+    one = torch.ones((), device=device)
+
+    bank = CentroidBank(8, spec.embed_dim).to(device)
+    bank.c_pos[:], bank.c_neg[:], bank.init_pos[:], bank.init_neg[:] = c[0], c[1], 1.0, 1.0
+    f_seg, f_img = f.expand(4, n, spec.embed_dim), f[:b].expand(4, b, spec.embed_dim)
+
+    def gates_batched():  # what one training step runs: 4 seg slots (B*N features) + 4 det slots (B)
+        bank.step(0, f_seg, y, v)
+        bank.step(4, f_img, y[:b], v[:b])
+    t_gates = _time(gates_batched, device, **kw)
+    add(f"batched gates, all 8 slots of a step ({n} patch features/layer)", t_gates)
+    t_seq = _time(lambda: match(f, y, v, c[0], c[1], one, one, mode="sequential"), device,
+                  warmup=1, iters=max(1, min(3, args.iters)))
+    add(f"sequential gate, one layer ({n} features)", t_seq)
+
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke run, numbers meaningless)"
+    lines = [f"### adsim GPU benchmark -- {gpu}",
+             "",
+             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}; backbone {spec.name} at {spec.image_size} px "
+             f"({spec.grid}x{spec.grid} patches), random weights, synthetic images, "
+             f"{'bf16 autocast' if amp else 'fp32'}; torch {torch.__version__}; median of {args.iters} timed calls "
+             f"after {args.warmup} warm-up calls.",
+             "",
+             "| measurement | ms per call | images/s |",
+             "|---|---:|---:|"]
+    lines += [f"| {label} | {ms:.2f} | {'' if ips is None else f'{ips:.1f}'} |" for label, ms, ips in rows]
+    checks = [
+        ("matching+VACA step <= 1.10 x naive step", t_match / t_naive, 1.10, "<="),
+        ("batched gates <= 2% of the matching+VACA step", t_gates / t_match, 0.02, "<="),
+        ("matching+VACA throughput >= 80% of bare adapter step", t_bare / t_match, 0.80, ">="),
+    ]
+    lines += ["", "| target (issue 7) | measured | met? |", "|---|---:|---|"]
+    for label, value, bound, op in checks:
+        ok = value <= bound if op == "<=" else value >= bound
+        lines.append(f"| {label} | {value:.3f} | {'yes' if ok else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda", help="cuda (default) or cpu (only with --tiny)")
+    p.add_argument("--tiny", action="store_true", help="tiny backbone: a smoke run of the code path")
+    p.add_argument("--backbone", default="ViT-L-14-336")
+    p.add_argument("--image-size", type=int, default=None, help="default: the backbone's (238 for ViT-L-14-336)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--sweep", type=int, nargs="*", default=[1, 32], help="extra batch sizes for the bare step")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"), help="markdown file to append to")
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("gpu_adsim: CUDA is not available on this machine, so there is nothing to benchmark.\n"
+              "Run it on a GPU machine, or exercise the code path with: --device cpu --tiny", file=sys.stderr)
+        return 1
+    if args.device == "cpu" and not args.tiny:
+        print("gpu_adsim: on CPU only the --tiny smoke run is supported (ViT-L on CPU would take hours)",
+              file=sys.stderr)
+        return 1
+    if args.tiny and args.device == "cpu":
+        args.sweep = [s for s in args.sweep if s <= 4] or []
+    table = run(args)
+    print(table)
+    if not args.no_write:
+        path = Path(args.results)
+        old = path.read_text() if path.exists() else "# Benchmark results\n"
+        _atomic(path, lambda fh: fh.write((old.rstrip("\n") + "\n\n" + table).encode()))
+        print(f"appended to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

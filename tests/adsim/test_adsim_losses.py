@@ -1,0 +1,59 @@
+"""Losses against values computed by hand (each expected number's derivation is in the comment)."""
+import math
+
+import torch
+
+from adsim import losses as L
+
+
+def test_dice_by_hand():
+    # p = [.5, .5, 0, 0], y = [1, 0, 0, 0], smoothing 1: sum p y = .5, sum p = 1, sum y = 1
+    # Dice = (2 * .5 + 1) / (1 + 1 + 1) = 2/3, loss = 1/3
+    p = torch.tensor([[[0.5, 0.5], [0.0, 0.0]]])
+    y = torch.tensor([[[1.0, 0.0], [0.0, 0.0]]])
+    assert math.isclose(float(L.dice_loss(p, y, torch.ones(1))), 1 / 3, rel_tol=1e-6)
+
+
+def test_dice_ignores_images_without_mask():
+    p = torch.tensor([[[0.5, 0.5], [0.0, 0.0]], [[1.0, 1.0], [1.0, 1.0]]])
+    y = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]])
+    # second image has valid = 0, so only the first image's 1/3 (above) counts
+    assert math.isclose(float(L.dice_loss(p, y, torch.tensor([1.0, 0.0]))), 1 / 3, rel_tol=1e-6)
+    assert float(L.dice_loss(p, y, torch.zeros(2))) == 0.0  # nothing valid: 0, not 0/0
+
+
+def test_focal_by_hand():
+    # pixel 1: z = 0, y = 1 -> p_t = 1/2, loss = (1 - 1/2)^2 * ln 2 = ln(2) / 4
+    # pixel 2: z = ln 3, y = 0 -> p = 3/4, p_t = 1/4, loss = (3/4)^2 * ln 4 = 9 ln(4) / 16
+    z = torch.tensor([[[0.0, math.log(3.0)]]])
+    y = torch.tensor([[[1.0, 0.0]]])
+    expected = (math.log(2) / 4 + 9 * math.log(4) / 16) / 2
+    assert math.isclose(float(L.focal_loss(z, y, torch.ones(1))), expected, rel_tol=1e-6)
+
+
+def test_focal_is_stable_for_huge_logits():
+    # z = +-200 (100 * cosine scale can reach that): exact-sigmoid formulas would give log(0)
+    z = torch.tensor([[[200.0, -200.0]]], requires_grad=True)
+    y = torch.tensor([[[0.0, 1.0]]])
+    out = L.focal_loss(z, y, torch.ones(1))
+    out.backward()
+    # -(1 - e^{-200})^2 log(e^{-200}) ~= 200 for each pixel (log-sigmoid(-200) = -200 - log1p(e^-200))
+    assert math.isclose(float(out.detach()), 200.0, rel_tol=1e-6) and torch.isfinite(z.grad).all()
+
+
+def test_bce_on_logits_by_hand():
+    # logit 0 -> -ln(1/2) = ln 2 for either label; logit ln 3 with label 1 -> -ln(3/4)
+    out = L.bce_loss(torch.tensor([0.0, math.log(3.0)]), torch.tensor([0.0, 1.0]))
+    assert math.isclose(float(out), (math.log(2) - math.log(0.75)) / 2, rel_tol=1e-6)
+
+
+def test_geodesic_losses_by_hand():
+    c = torch.tensor([1.0, 0.0])
+    f = torch.tensor([[0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]])
+    # accepted: rows 0 (angle pi/2) and 1 (angle pi/4): mean of squares = (pi^2/4 + pi^2/16) / 2
+    intra = L.geodesic_intra(f, torch.tensor([1.0, 1.0, 0.0]), c)
+    assert math.isclose(float(intra), (math.pi ** 2 / 4 + math.pi ** 2 / 16) / 2, rel_tol=1e-6)
+    assert float(L.geodesic_intra(f, torch.zeros(3), c)) == 0.0  # empty matched set: 0
+    # L_inter = -d_G(c+, c-) = -pi/2 for orthogonal centroids; 0 until both exist
+    assert math.isclose(float(L.geodesic_inter(c, torch.tensor([0.0, 2.0]), 1.0)), -math.pi / 2, rel_tol=1e-6)
+    assert float(L.geodesic_inter(c, torch.zeros(2), 0.0)) == 0.0
