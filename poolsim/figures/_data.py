@@ -21,6 +21,7 @@ QUICK_SEEDS = 3  # --quick: at most this many seeds
 LABELS = {"pool": "naive pooling", "subsample": "uniform subsampling", "match": "matching"}
 COLORS = {"pool": "tab:blue", "subsample": "tab:orange", "match": "tab:green"}
 STRATEGIES = _engine.STRATEGIES
+LABELLED = ("asymptotic", "domain_addition")  # experiments with known outlier labels
 
 _MEMO: dict = {}
 _LOCK = threading.Lock()
@@ -35,30 +36,48 @@ def _key(name: str, seeds: int, params: dict) -> tuple:
     return name, int(seeds), tuple(sorted(params.items()))
 
 
+def _memo(key: tuple, make: Callable[[], Any]) -> tuple[Any, bool]:
+    """``(value, was_cached)``; ``make()`` runs outside the lock (it may take seconds)."""
+    with _LOCK:
+        if key in _MEMO:
+            return _MEMO[key], True
+    value = make()
+    with _LOCK:
+        return _MEMO.setdefault(key, value), False
+
+
 def simulation(name: str, *, seeds: int, progress: Callable[[int], None] | None = None,
                **params) -> tuple[_engine.SeedResult, dict]:
     """``experiments.simulate(name, seeds=seeds, **params)``, computed once per distinct input."""
-    key = _key(name, seeds, params)
-    with _LOCK:
-        hit = _MEMO.get(key)
-    if hit is None:
-        hit = experiments.simulate(name, seeds=seeds, progress=progress, **params)
-        with _LOCK:
-            _MEMO[key] = hit
-    elif progress is not None:
+    value, cached = _memo(_key(name, seeds, params), lambda: experiments.simulate(
+        name, seeds=seeds, progress=progress, **params))
+    if cached and progress is not None:
         progress(int(seeds))
-    return hit
+    return value
+
+
+def labels(name: str, *, seeds: int, **params) -> np.ndarray:
+    """:func:`outlier_labels` of :func:`simulation`'s draws, computed once per distinct input."""
+    return _memo(("labels",) + _key(name, seeds, params),
+                 lambda: outlier_labels(name, *simulation(name, seeds=seeds, **params)))[0]
+
+
+def _fetch(name: str, seeds: int, progress, params: dict) -> None:
+    simulation(name, seeds=seeds, progress=progress, **params)
+    if name in LABELLED and params.get("metadist") is None:
+        labels(name, seeds=seeds, **params)
 
 
 def prefetch(jobs: Iterable[tuple[str, dict]], *, seeds: int,
              progress: Callable[[int], None] | None = None, workers: int = 2) -> None:
-    """Run several :func:`simulation` calls in threads: XLA compiles them in parallel (compiling
-    is most of a figure run's time; the simulations themselves take well under a second)."""
+    """Run several :func:`simulation` calls (and their :func:`labels`) in threads, so XLA can
+    compile one while Python traces another (compiling is most of a figure run's time; the
+    simulations themselves take well under a second)."""
     jobs = list({_key(n, seeds, p): (n, p) for n, p in jobs}.values())
     if not jobs:
         return
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs)))) as pool:
-        futures = [pool.submit(simulation, n, seeds=seeds, progress=progress, **p) for n, p in jobs]
+        futures = [pool.submit(_fetch, n, seeds, progress, p) for n, p in jobs]
         for f in futures:
             f.result()
 

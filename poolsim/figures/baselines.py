@@ -32,7 +32,7 @@ def compute(*, seeds: int, quick: bool, progress=None) -> pd.DataFrame:
     parts = []
     for name in EXPERIMENTS:
         res, P = _data.simulation(name, seeds=S, progress=progress)
-        outlier = _data.outlier_labels(name, res, P)
+        outlier = _data.labels(name, seeds=S)
         est = _baselines.estimate_all(res.xbar, P["Ks"], P["seeds"], outlier)
         idx = [_data.STRATEGIES.index(s) for s in ENGINE]
         eng = np.linalg.norm(res.estimates[:, :, idx].astype(float) - P["mu_star"], axis=-1)
@@ -76,7 +76,7 @@ def plot(df: pd.DataFrame):
     _data.add_caption(fig, _data.caption(
         P, S, [], "Robust baselines: coordinate-wise median; scipy.stats.trim_mean (20% per side); "
         "geometric median (Weiszfeld); multivariate Huber M-estimator (threshold chi_d 90% "
-        "quantile x MAD-type scale); sklearn MinCovDet location only for K >= 10d; median of "
+        "quantile x MAD-type scale); sklearn MinCovDet location at the final K only (needs K >= 10d); median of "
         "ceil(sqrt K) block means (geometric median). Oracle uses the true outlier labels."))
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig

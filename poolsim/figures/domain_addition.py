@@ -42,7 +42,7 @@ def compute(*, seeds: int, quick: bool, progress=None) -> pd.DataFrame:
             _data.interval_rows(step[:, arrival, j][:, -1], panel="step_stats", strategy=s,
                                 stat=f"step at last outlier arrival (K={Ks[1:][arrival][-1]})"),
         ]
-    outlier = _data.outlier_labels("domain_addition", res, P)
+    outlier = _data.labels("domain_addition", seeds=S)
     inc = res.included[:, -1] > 0  # (S, K_max) matching's set at the final K
     stats += [_data.interval_rows((inc & ~outlier).sum(axis=1).astype(float), panel="step_stats",
                                   strategy="match", stat="inliers matched at final K"),

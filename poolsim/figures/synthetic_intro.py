@@ -19,7 +19,7 @@ SIMULATIONS = [(EXPERIMENT, {})]
 def compute(*, seeds: int, quick: bool, progress=None) -> pd.DataFrame:
     S = _data.n_seeds(seeds, quick)
     res, P = _data.simulation(EXPERIMENT, seeds=S, progress=progress)
-    outlier = _data.outlier_labels(EXPERIMENT, res, P)
+    outlier = _data.labels(EXPERIMENT, seeds=S)
     K = P["Ks"][-1]
     means = res.means[:, :K].astype(float)
     rows = [dict(panel="domain_means", seed=int(P["seeds"][0]), domain=k + 1, x=means[0, k, 0],
