@@ -198,8 +198,8 @@ def plot_bars(ax, df: pd.DataFrame, labels: dict | None = None, colors: dict | N
     ax.bar(x, df["mean"], yerr=err, color=cols, capsize=4, alpha=0.85)
     ax.set_xticks(x, [(labels or LABELS).get(s, s) for s in df["strategy"]], rotation=20,
                   ha="right", fontsize=8)
-    for xi, m in zip(x, df["mean"]):
-        ax.text(xi, m, f"{m:.3f}", ha="center", va="bottom", fontsize=7)
+    for xi, m, hi in zip(x, df["mean"], df["ci_high"]):
+        ax.text(xi + 0.06, max(m, hi), f"{m:.3f}", ha="left", va="bottom", fontsize=7)
 
 
 def fmt(row: Any) -> str:
