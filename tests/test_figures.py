@@ -43,7 +43,8 @@ REFERENCE = textwrap.dedent("""
         if name == "domain_addition":
             piv = df.pivot_table(index=["strategy", "seed"], columns="K", values="eps")
             out["delta"] = {f"{s}|{k}": float(np.diff(piv.loc[s].to_numpy(), axis=1)[:, i].mean())
-                            for s in ("pool", "subsample", "match") for i, k in enumerate(piv.columns[1:])}
+                            for s in ("pool", "subsample", "match")
+                            for i, k in enumerate(piv.columns[1:])}
         if name in ("asymptotic", "domain_addition"):
             xbar = res.xbar.astype(float)
             out[key + "_median"] = {str(K): float(np.mean(np.linalg.norm(
@@ -192,7 +193,8 @@ def _fake(name, fail):
         import matplotlib.pyplot as plt
         return plt.figure()
 
-    return types.SimpleNamespace(NAME=name, compute=compute, plot=plot, summarize=lambda df: f"## {name}\n")
+    return types.SimpleNamespace(NAME=name, compute=compute, plot=plot,
+                                 summarize=lambda df: f"## {name}\n")
 
 
 def test_failure_midway_leaves_out_untouched(tmp_path, monkeypatch, capsys):

@@ -91,7 +91,8 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool) -> Non
                 _data.prefetch(jobs, seeds=S, progress=bar.update)
         sections = []
         for name, mod in zip(names, tqdm(modules, desc="figures", unit="fig")):
-            with tqdm(total=S, desc=f"{name} (seeds)", unit="seed", leave=False) as bar:
+            units = S * max(1, len(getattr(mod, "SIMULATIONS", ())))
+            with tqdm(total=units, desc=f"{name} (seeds)", unit="seed", leave=False) as bar:
                 df = mod.compute(seeds=seeds, quick=quick, progress=bar.update)
             tmp_csv = tmp / f"{name}.csv"
             df.to_csv(tmp_csv, index=False)

@@ -152,12 +152,16 @@ def caption(P: dict, seeds: int, keys: Iterable[str], extra: str = "") -> str:
             f"Intervals: 95% Student-t over seeds. {extra}").strip()
 
 
-def add_caption(fig, text: str) -> None:
+def finish(fig, title: str, caption_text: str, bottom: float = 0.06):
+    """Title on top, the caption (:func:`caption`) wrapped at the bottom, tight layout between."""
     import textwrap
 
+    fig.suptitle(title, fontsize=10)
     width = int(fig.get_figwidth() * 14)  # characters per line at 7.5 pt
-    fig.text(0.5, 0.005, textwrap.fill(text, width), ha="center", va="bottom", fontsize=7.5,
-             color="0.25")
+    fig.text(0.5, 0.005, textwrap.fill(caption_text, width), ha="center", va="bottom",
+             fontsize=7.5, color="0.25")
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    return fig
 
 
 def mark_target(ax) -> None:

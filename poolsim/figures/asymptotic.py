@@ -36,12 +36,10 @@ def plot(df: pd.DataFrame):
     b.set_ylabel(f"eps at K={P['Ks'][-1]}")
     b.set_title(f"final error, K={P['Ks'][-1]}", fontsize=9)
     b.grid(alpha=0.3, axis="y")
-    fig.suptitle(f"{TITLE}\nasymmetric D_mu, n={P['n']}, tau={P['tau']}, alpha={P['alpha']}, "
-                 f"{S} seeds", fontsize=10)
-    _data.add_caption(fig, _data.caption(P, S, ["n", "tau", "alpha", "p", "gamma"],
-                                         "p and gamma are our choices (the paper gives alpha only)."))
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    return fig
+    return _data.finish(
+        fig, f"{TITLE}\nasymmetric D_mu, n={P['n']}, tau={P['tau']}, alpha={P['alpha']}, {S} seeds",
+        _data.caption(P, S, ["n", "tau", "alpha", "p", "gamma"],
+                      "p and gamma are our choices (the paper gives alpha only)."), bottom=0.07)
 
 
 def summarize(df: pd.DataFrame) -> str:
@@ -56,7 +54,8 @@ def summarize(df: pd.DataFrame) -> str:
     others = fin.drop(index="match")
     separated = fin.loc["match", "ci_high"] < others["ci_low"].min()
     lines = [f"## asymptotic -- {TITLE}", "",
-             f"| strategy | eps at K={Ks[0]} | eps at K={Ks[-1]} [95% CI] | decrease K={Ks[0]}->{Ks[-1]} |",
+             f"| strategy | eps at K={Ks[0]} | eps at K={Ks[-1]} [95% CI] | "
+             f"decrease K={Ks[0]}->{Ks[-1]} |",
              "|---|---|---|---|"]
     for s in _data.STRATEGIES:
         lines.append(f"| {_data.LABELS[s]} | {cur.loc[(s, Ks[0]), 'mean']:.3f} | "

@@ -70,22 +70,21 @@ def plot(df: pd.DataFrame):
         _data.plot_bars(b, d[d.panel == "final"].reset_index(drop=True), LABELS, COLORS)
         b.set_ylabel(f"eps at K={P['Ks'][-1]}")
         b.grid(alpha=0.3, axis="y")
-    fig.suptitle(f"{TITLE}\nestimators applied to the domain sample means of the same simulated "
-                 f"draws, {S} seeds", fontsize=10)
-    P = Ps["asymptotic"]
-    _data.add_caption(fig, _data.caption(
-        P, S, [], "Robust baselines: coordinate-wise median; scipy.stats.trim_mean (20% per side); "
-        "geometric median (Weiszfeld); multivariate Huber M-estimator (threshold chi_d 90% "
-        "quantile x MAD-type scale); sklearn MinCovDet location at the final K only (needs K >= 10d); median of "
-        "ceil(sqrt K) block means (geometric median). Oracle uses the true outlier labels."))
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    return fig
+    note = ("Robust baselines: coordinate-wise median; scipy.stats.trim_mean (20% per side); "
+            "geometric median (Weiszfeld); multivariate Huber M-estimator (threshold chi_d 90% "
+            "quantile x MAD-type scale); sklearn MinCovDet location at the final K only (needs "
+            "K >= 10d); median of ceil(sqrt K) block means (geometric median). Oracle uses the true "
+            "outlier labels.")
+    title = (f"{TITLE}\nestimators applied to the domain sample means of the same simulated "
+             f"draws, {S} seeds")
+    return _data.finish(fig, title, _data.caption(Ps["asymptotic"], S, [], note))
 
 
 def summarize(df: pd.DataFrame) -> str:
     S = int(df["n_seeds"].iloc[0])
     lines = [f"## baselines -- {TITLE}", "",
-             "| estimator | " + " | ".join(f"{n}: eps at final K [95% CI]" for n in EXPERIMENTS) + " |",
+             "| estimator | "
+             + " | ".join(f"{n}: eps at final K [95% CI]" for n in EXPERIMENTS) + " |",
              "|---|" + "---|" * len(EXPERIMENTS)]
     fin = {n: df[(df.panel == "final") & (df.experiment == n)].set_index("strategy")
            for n in EXPERIMENTS}

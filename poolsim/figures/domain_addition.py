@@ -102,12 +102,11 @@ def plot(df: pd.DataFrame):
     d.set_ylabel("Delta eps_K = eps_K - eps_{K-1} (mean, 95% band)")
     d.grid(alpha=0.3)
     d.set_title("per-step change", fontsize=9)
-    fig.suptitle(f"{TITLE}\nK {P['Ks'][0]}->{P['Ks'][-1]}, every {P['every']}rd domain an outlier "
-                 f"at radius {P['radius']}, n={P['n']}, tau={P['tau']}, {S} seeds", fontsize=10)
-    _data.add_caption(fig, _data.caption(P, S, ["n", "tau", "every", "radius", "gamma", "jitter"],
-                                         "Inlier spread gamma and outlier jitter are our choices."))
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    return fig
+    return _data.finish(
+        fig, f"{TITLE}\nK {P['Ks'][0]}->{P['Ks'][-1]}, every {P['every']}rd domain an outlier at "
+             f"radius {P['radius']}, n={P['n']}, tau={P['tau']}, {S} seeds",
+        _data.caption(P, S, ["n", "tau", "every", "radius", "gamma", "jitter"],
+                      "Inlier spread gamma and outlier jitter are our choices."), bottom=0.05)
 
 
 def summarize(df: pd.DataFrame) -> str:

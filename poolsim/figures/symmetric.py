@@ -36,7 +36,8 @@ def compute(*, seeds: int, quick: bool, progress=None) -> pd.DataFrame:
                              mean=float(np.linalg.norm(est[:, j].mean(axis=0))), n_seeds=S))
             rows += [_data.interval_rows(est[:, j, c], panel="bias", layout=lay, strategy=s, K=K,
                                          coord=c) for c in range(P["d"])]
-            rows.append(dict(panel="estimate_seed0", layout=lay, strategy=s, K=K, seed=int(P["seeds"][0]),
+            rows.append(dict(panel="estimate_seed0", layout=lay, strategy=s, K=K,
+                             seed=int(P["seeds"][0]),
                              x=est[0, j, 0], y=est[0, j, 1], n_seeds=1))
         rows.append(_data.interval_rows(res.n_domains[:, -1, 2].astype(float), panel="matched_domains",
                                         layout=lay, strategy="match", K=K))
@@ -85,12 +86,10 @@ def plot(df: pd.DataFrame):
         b.grid(alpha=0.3, axis="y")
         b.legend(fontsize=7)
         b.set_title(f"{lay}: error vs bias over {S} seeds", fontsize=9)
-    fig.suptitle(f"{TITLE}\ngamma={P['gamma']}, n={P['n']}, tau={P['tau']}, {S} seeds", fontsize=10)
-    _data.add_caption(fig, _data.caption(P, S, ["n", "tau", "gamma"],
-                                         "Rows: the two symmetric layouts. Bias needs many seeds to "
-                                         "resolve; the error eps is what one run sees."))
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    return fig
+    return _data.finish(
+        fig, f"{TITLE}\ngamma={P['gamma']}, n={P['n']}, tau={P['tau']}, {S} seeds",
+        _data.caption(P, S, ["n", "tau", "gamma"], "Rows: the two symmetric layouts. Bias needs many "
+                      "seeds to resolve; the error eps is what one run sees."), bottom=0.05)
 
 
 def summarize(df: pd.DataFrame) -> str:

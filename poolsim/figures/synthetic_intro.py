@@ -59,13 +59,11 @@ def plot(df: pd.DataFrame):
     ax.set_ylabel("coordinate 2")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.02, 1))
-    ax.set_title(f"{TITLE}\nK={P['Ks'][-1]}, alpha={P['alpha']}, p={P['p']} (ours), "
-                 f"gamma={P['gamma']} (ours), {S} seeds", fontsize=10)
-    _data.add_caption(fig, _data.caption(P, S, ["alpha", "p", "gamma"],
-                                         "Asymmetric D_mu: mu_k = gamma z_k + B_k alpha e1, "
-                                         "B_k ~ Bernoulli(p)."))
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    return fig
+    return _data.finish(
+        fig, f"{TITLE}\nK={P['Ks'][-1]}, alpha={P['alpha']}, p={P['p']} (ours), "
+             f"gamma={P['gamma']} (ours), {S} seeds",
+        _data.caption(P, S, ["alpha", "p", "gamma"], "Asymmetric D_mu: mu_k = gamma z_k + B_k alpha "
+                      "e1, B_k ~ Bernoulli(p)."), bottom=0.07)
 
 
 def summarize(df: pd.DataFrame) -> str:
