@@ -94,12 +94,13 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool) -> Non
             units = S * max(1, len(getattr(mod, "SIMULATIONS", ())))
             with tqdm(total=units, desc=f"{name} (seeds)", unit="seed", leave=False) as bar:
                 df = mod.compute(seeds=seeds, quick=quick, progress=bar.update)
-            tmp_csv = tmp / f"{name}.csv"
-            df.to_csv(tmp_csv, index=False)
+            df.to_csv(tmp / f"{name}.csv", index=False)
             fig = mod.plot(df)
-            for fmt in formats:
-                fig.savefig(tmp / f"{name}.{fmt}", dpi=150, metadata=_metadata(fmt))
-            plt.close(fig)
+            try:
+                for fmt in formats:
+                    fig.savefig(tmp / f"{name}.{fmt}", dpi=150, metadata=_metadata(fmt))
+            finally:
+                plt.close(fig)
             sections.append(mod.summarize(df))
         (tmp / "summary.md").write_text(_summary(names if only else None, seeds, S, quick, sections))
         for f in sorted(tmp.iterdir()):
