@@ -1,0 +1,251 @@
+"""``python -m poolsim.figures``: files, CSV numbers vs a direct experiments-API call, bad arguments,
+atomic output, and the hand-written robust estimators against independent references.
+
+The CLI run and the direct API run are two subprocesses with the same XLA flags, so the same
+seeds give the same float32 numbers. They share a JAX persistent compilation cache in a temp
+folder: the second process loads the executables the first compiled instead of compiling again
+(the cache is keyed by the lowered program, so it changes no number).
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import optimize
+
+from poolsim.figures import FIGURES, _baselines
+from poolsim.figures import __main__ as cli
+
+SEEDS = 3  # --quick uses min(--seeds, 3) = 3 seeds: 0, 1, 2
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_backend_optimization_level=0"}
+ENV.pop("JAX_COMPILATION_CACHE_DIR", None)
+
+# The direct API call: plain experiments.run / simulate, then the reductions the figures plot,
+# computed here independently of poolsim.figures (np.median on the raw xbar, per-seed diffs, ...).
+REFERENCE = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from poolsim import experiments as E
+    S = int(sys.argv[2]); out = {}
+    def means(df, by):
+        return {"|".join(map(str, k)): (v.mean(), *E.ci95(v)[1:]) for k, v in df.groupby(by)["eps"]}
+    for key, name, kw in [("asymptotic", "asymptotic", {}), ("domain_addition", "domain_addition", {}),
+                          ("symmetric_balanced", "symmetric", {"layout": "balanced"}),
+                          ("symmetric_gaussian", "symmetric", {"layout": "gaussian"})]:
+        res, P = E.simulate(name, seeds=S, **kw)
+        df = E.frame(name, res, P)
+        out[key] = means(df, ["strategy", "K"])
+        if name == "domain_addition":
+            piv = df.pivot_table(index=["strategy", "seed"], columns="K", values="eps")
+            out["delta"] = {f"{s}|{k}": float(np.diff(piv.loc[s].to_numpy(), axis=1)[:, i].mean())
+                            for s in ("pool", "subsample", "match")
+                            for i, k in enumerate(piv.columns[1:])}
+        if name in ("asymptotic", "domain_addition"):
+            xbar = res.xbar.astype(float)
+            out[key + "_median"] = {str(K): float(np.mean(np.linalg.norm(
+                np.median(xbar[:, :K], axis=1), axis=-1))) for K in P["Ks"]}
+            if name == "domain_addition":
+                keep = np.arange(1, xbar.shape[1] + 1) % 3 != 0
+                out["oracle"] = {str(K): float(np.mean(np.linalg.norm(
+                    xbar[:, :K][:, keep[:K]].mean(axis=1), axis=-1))) for K in P["Ks"]}
+            else:
+                out["means_seed0"] = res.means[0].astype(float).tolist()
+    json.dump(out, open(sys.argv[1], "w"))
+""")
+
+
+def _run(args, **kw):
+    return subprocess.run([sys.executable, "-m", "poolsim.figures", *args], capture_output=True,
+                          text=True, env=ENV, **kw)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """(output folder, reference dict): the CLI on every figure, then the direct API."""
+    base = tmp_path_factory.mktemp("figs")
+    out, ref = base / "out", base / "ref.json"
+    env = {**ENV, "JAX_COMPILATION_CACHE_DIR": str(base / "jax-cache"),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    for cmd in ([sys.executable, "-m", "poolsim.figures", "--quick", "--out", str(out),
+                 "--only", *FIGURES],
+                [sys.executable, "-c", REFERENCE, str(ref), str(SEEDS)]):
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+    return out, json.loads(ref.read_text())
+
+
+def _csv(out, name):
+    return pd.read_csv(out / f"{name}.csv")
+
+
+def _check_curve(df, ref, panel, extra=None):
+    """Every (strategy, K) row of ``panel`` equals the direct API's mean and 95% interval."""
+    rows = df[(df.panel == panel) & (df.eval(extra) if extra else True)]
+    assert len(rows) > 0
+    for _, r in rows.iterrows():
+        m, lo, hi = ref[f"{r.strategy}|{int(r.K)}"]
+        np.testing.assert_allclose([r["mean"], r.ci_low, r.ci_high], [m, lo, hi], rtol=1e-6, atol=1e-9)
+        assert r.n_seeds == SEEDS
+
+
+def test_every_file_written(runs):
+    out, _ = runs
+    for name in FIGURES:
+        for ext in ("png", "pdf", "csv"):
+            assert (out / f"{name}.{ext}").stat().st_size > 0, (name, ext)
+    summary = (out / "summary.md").read_text()
+    for name in FIGURES:
+        assert f"## {name} -- " in summary
+    assert "SIMULATED" in summary and "3 seeds" in summary
+    assert "holds" in summary  # each claim gets a verdict
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp folder left
+
+
+def test_csv_numbers_equal_direct_api_call(runs):
+    out, ref = runs
+    _check_curve(_csv(out, "asymptotic"), ref["asymptotic"], "eps_vs_K")
+    _check_curve(_csv(out, "asymptotic"), ref["asymptotic"], "final")
+    da = _csv(out, "domain_addition")
+    _check_curve(da, ref["domain_addition"], "trajectory")
+    _check_curve(da, ref["domain_addition"], "final")
+    for _, r in da[da.panel == "delta"].iterrows():
+        assert r["mean"] == pytest.approx(ref["delta"][f"{r.strategy}|{int(r.K)}"], rel=1e-6, abs=1e-9)
+    sym = _csv(out, "symmetric")
+    for lay in ("balanced", "gaussian"):
+        _check_curve(sym, ref[f"symmetric_{lay}"], "eps", f"layout == '{lay}'")
+
+
+def test_baselines_csv_matches_engine_and_independent_estimators(runs):
+    out, ref = runs
+    b = _csv(out, "baselines")
+    for name in ("asymptotic", "domain_addition"):
+        d = b[(b.experiment == name) & b.strategy.isin(["pool", "match"])]
+        _check_curve(d, ref[name], "eps_vs_K")
+        med = b[(b.experiment == name) & (b.strategy == "median") & (b.panel == "eps_vs_K")]
+        got = dict(zip(med.K.astype(str), med["mean"]))
+        assert got == pytest.approx(ref[f"{name}_median"], rel=1e-9)
+        mcd = b[(b.experiment == name) & (b.strategy == "mcd")]
+        assert mcd.K.min() >= _baselines.MCD_MIN_RATIO * 2  # only where K >> d (d = 2)
+    orc = b[(b.experiment == "domain_addition") & (b.strategy == "oracle") & (b.panel == "eps_vs_K")]
+    assert dict(zip(orc.K.astype(str), orc["mean"])) == pytest.approx(ref["oracle"], rel=1e-9)
+
+
+def test_intro_points_are_the_drawn_means(runs):
+    out, ref = runs
+    pts = _csv(out, "synthetic_intro").query("panel == 'domain_means'")
+    np.testing.assert_allclose(pts[["x", "y"]].to_numpy(), np.array(ref["means_seed0"]), rtol=1e-6)
+    # Ground-truth contamination labels: B_k ~ Bernoulli(0.3) over 50 domains -> 15 +- 3.2 shifted;
+    # shifted means sit alpha = 1.5 further along e1 (difference of two group means, sd <= 0.2).
+    sh = pts.shifted.astype(bool)
+    assert 5 <= sh.sum() <= 25
+    assert pts.x[sh].mean() - pts.x[~sh].mean() == pytest.approx(1.5, abs=0.6)
+
+
+def test_help():
+    r = _run(["--help"])
+    assert r.returncode == 0
+    assert "--quick" in r.stdout and "synthetic_intro" in r.stdout
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--only", "nosuch"], "unknown figure"),
+    (["--only", "asymptotic", "flow_bridge_typo"], "unknown figure"),
+    (["--seeds", "0"], "--seeds must be a positive integer"),
+    (["--seeds", "-3"], "--seeds must be a positive integer"),
+    (["--seeds", "two"], "invalid int value"),
+    (["--format", "png,gif"], "--format"),
+    (["--bogus"], "unrecognized arguments"),
+])
+def test_bad_arguments_one_line_error_nothing_written(tmp_path, args, msg):
+    out = tmp_path / "out"
+    r = _run(["--out", str(out), *args])
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("poolsim.figures: error:") and msg in lines[0]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["is_a_file", "under_a_file"])
+def test_unwritable_out(tmp_path, where):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    out = blocker if where == "is_a_file" else blocker / "sub"
+    r = _run(["--out", str(out), "--only", "asymptotic"])
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--out" in lines[0]
+    assert blocker.read_text() == "x"
+
+
+def _fake(name, fail):
+    def compute(*, seeds, quick, progress=None):
+        return pd.DataFrame({"panel": ["p"], "mean": [1.0], "n_seeds": [seeds]})
+
+    def plot(df):
+        if fail:
+            raise ValueError(f"{name} failed while plotting")
+        import matplotlib.pyplot as plt
+        return plt.figure()
+
+    return types.SimpleNamespace(NAME=name, compute=compute, plot=plot,
+                                 summarize=lambda df: f"## {name}\n")
+
+
+def test_failure_midway_leaves_out_untouched(tmp_path, monkeypatch, capsys):
+    # Two fake figures, the second fails: nothing of the first may reach --out.
+    import poolsim.figures as figs
+
+    mods = {"first": _fake("first", False), "second": _fake("second", True)}
+    monkeypatch.setattr(figs, "available", lambda: tuple(mods))
+    monkeypatch.setattr(figs, "load", mods.__getitem__)
+    monkeypatch.setenv("XLA_FLAGS", "")  # main() may set the compile flag; keep it to this test
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("old")
+    assert cli.main(["--out", str(out), "--format", "png"]) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+    assert err == ["poolsim.figures: error: second failed while plotting"]
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    # and the same fakes without the failure write everything
+    mods["second"] = _fake("second", False)
+    assert cli.main(["--out", str(out), "--format", "png"]) == 0
+    assert {p.name for p in out.iterdir()} == {"keep.txt", "summary.md", "first.csv", "first.png",
+                                               "second.csv", "second.png"}
+
+
+# --- the hand-written estimators against independent references ---------------------------------
+
+def test_geometric_median_minimises_sum_of_distances(rng):
+    x = rng.normal(size=(25, 2)) + np.array([[3.0, 0.0]]) * (rng.random((25, 1)) < 0.3)
+    # reference: direct numerical minimisation of sum_i ||x_i - y|| (scipy, from the mean)
+    ref = optimize.minimize(lambda y: np.linalg.norm(x - y, axis=1).sum(), x.mean(0),
+                            method="Nelder-Mead", options=dict(xatol=1e-10, fatol=1e-12)).x
+    np.testing.assert_allclose(_baselines.geometric_median(x), ref, atol=1e-6)
+
+
+def test_huber_is_equivariant_and_symmetric(rng):
+    # Mirror-symmetric data about c: by symmetry of the estimating equation the solution is c.
+    z = rng.normal(size=(10, 2))
+    c = np.array([0.7, -1.2])
+    np.testing.assert_allclose(_baselines.huber(np.vstack([c + z, c - z])), c, atol=1e-8)
+    # translation equivariance, and one far outlier moves it by a bounded amount (less than the mean)
+    x = rng.normal(size=(30, 2))
+    np.testing.assert_allclose(_baselines.huber(x + 5.0), _baselines.huber(x) + 5.0, atol=1e-7)
+    xo = np.vstack([x, [[100.0, 0.0]]])
+    assert np.linalg.norm(_baselines.huber(xo) - _baselines.huber(x)) < 0.2 * np.linalg.norm(
+        xo.mean(0) - x.mean(0))
+
+
+def test_median_of_means_and_mcd_edges(rng):
+    x = rng.normal(size=(9, 2))
+    # K = 1: a single block holding the one domain, so the estimate is that domain
+    np.testing.assert_allclose(_baselines.median_of_means(x[:1], seed=0), x[0])
+    assert np.isnan(_baselines.mcd(x, seed=0)).all()  # K = 9 < 10 d = 20: not used
+    y = rng.normal(size=(40, 2))
+    assert np.all(np.isfinite(_baselines.mcd(y, seed=0)))
