@@ -136,7 +136,7 @@ def _build(config: FlowConfig, key, loc, scale):
     import jax.numpy as jnp
     import paramax
     from flowjax.bijections import Affine, Chain, Coupling, Flip, Scan
-    from flowjax.distributions import Normal, Transformed
+    from flowjax.distributions import StandardNormal, Transformed
 
     tanh_affine, d = _tanh_affine(), config.d
 
@@ -150,7 +150,9 @@ def _build(config: FlowConfig, key, loc, scale):
 
     stack = Scan(eqx.filter_vmap(layer)(jax.random.split(key, config.n_layers)))
     chain = Chain([stack, paramax.non_trainable(Affine(loc, scale))])
-    return Transformed(Normal(jnp.zeros(d, dtype=jnp.asarray(loc).dtype)), chain)
+    # StandardNormal has no parameters: the latent law stays exactly N(0, I) while training
+    # (flowjax's Normal(loc, scale) would be trained along with the layers)
+    return Transformed(StandardNormal((d,)), chain)
 
 
 def _layers(model, n_layers: int) -> list:
