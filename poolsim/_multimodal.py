@@ -14,7 +14,7 @@ import numpy as np
 from . import _checks, _core
 from ._strategies import LEVELS, _domain_means, _domains, _like, _to_numpy, as_key
 
-INITS = ("kmeans++",)
+INITS = ("kmeans++", "kmeans++median")
 
 
 class MultiMatched(NamedTuple):
@@ -71,6 +71,19 @@ def kmeanspp_init(points: np.ndarray, mass: np.ndarray, M: int, key: Any) -> np.
     return centers
 
 
+def _median_refine(points, mass, C, metric: str):
+    """Replace each seed by the coordinate-wise median of the points nearest to it (its Voronoi
+    cell, :func:`poolsim._core.weighted_median`); a seed whose cell is empty stays."""
+    xp = _core.namespace(points, C)
+    dist = _core.distance(points[:, None, :], C[None, :, :], metric)
+    nearest = xp.argmin(dist, axis=1)
+    rows = []
+    for m in range(C.shape[0]):
+        w = xp.astype(nearest == m, points.dtype) * xp.astype(mass > 0, points.dtype)
+        rows.append(_core.weighted_median(points, w) if float(xp.sum(w)) > 0 else C[m])
+    return xp.stack(rows)
+
+
 def match_multimodal(X: Any, taus: Any, *, init: Any, metric: str = "l2", level: str = "domain",
                      key: Any = None, tol: float = 1e-4, max_iter: int = 100,
                      counts: Any = None) -> MultiMatched:
@@ -80,7 +93,10 @@ def match_multimodal(X: Any, taus: Any, *, init: Any, metric: str = "l2", level:
     its samples follow); ``level="sample"``: every sample is assigned on its own (the paper's
     wording). ``init``: ``(M, d)`` initial centroids, or ``"kmeans++"`` -- k-means++ seeding
     (:func:`kmeanspp_init`) on the points being assigned, which needs ``key``; for
-    ``metric="cosine"``/``"geodesic"`` the seeding runs on the unit-normalised points. Iterates
+    ``metric="cosine"``/``"geodesic"`` the seeding runs on the unit-normalised points;
+    ``"kmeans++median"`` (ours, the multimodal analogue of the paper's median initialisation) then
+    moves each seed to the coordinate-wise median of the points nearest to it, so a seed that
+    landed on an outlier returns to its cell's majority. Iterates
     exclusive assignment + per-mode means until every centroid moves less than ``tol`` (L2).
     """
     X, valid, cnt, xp = _domains(X, counts)
@@ -98,11 +114,13 @@ def match_multimodal(X: Any, taus: Any, *, init: Any, metric: str = "l2", level:
     if isinstance(init, str):
         _checks.choice("init", init, INITS)
         if key is None:
-            raise ValueError("init='kmeans++' needs key (an int seed or a JAX key)")
+            raise ValueError(f"init={init!r} needs key (an int seed or a JAX key)")
         host = _to_numpy(points)
         if metric != "l2":
             host = _to_numpy(_core.normalize(points))
         C = _like(X, kmeanspp_init(host, _to_numpy(mass), M, key))
+        if init == "kmeans++median":
+            C = _median_refine(points, mass, C, metric)
     else:
         c0 = np.asarray(_to_numpy(init), dtype=float)
         if c0.ndim != 2:

@@ -159,6 +159,7 @@ def test_kmeanspp_init_is_keyed_and_finds_separated_modes(rng):
     (dict(taus=[np.nan], init=np.zeros((1, 2))), "taus contains NaN"),
     (dict(taus=[1.0], init=np.array([[np.nan, 0.0]])), "init contains NaN"),
     (dict(taus=[1.0], init="kmeans++"), "needs key"),
+    (dict(taus=[1.0], init="kmeans++median"), "needs key"),
     (dict(taus=[1.0], init="random"), "init must be one of"),
     (dict(taus=[1.0], init=np.zeros((1, 2)), metric="l1"), "metric must be one of"),
 ])
