@@ -174,3 +174,15 @@ def test_nan_in_data_is_rejected():
     X[1, 2, 0] = np.nan
     with pytest.raises(ValueError, match="X contains NaN"):
         poolsim.match_multimodal(X, [1.0], init=np.zeros((1, 2)))
+
+
+def test_kmeanspp_median_with_one_mode_is_matching_from_the_median(rng):
+    # M = 1: every point is in the single seed's cell, so the refined seed is the coordinate-wise
+    # median of all samples -- the paper's unimodal initialisation; with one mode the exclusive
+    # rule is the plain gate, so the result must equal poolsim.match(init="median").
+    X = rng.normal(size=(8, 20, 2)) + np.array([3.0, 0.0]) * (np.arange(8) % 4 == 0)[:, None, None]
+    multi = poolsim.match_multimodal(X, [1.5], init="kmeans++median", key=5, level="sample")
+    single = poolsim.match(X, 1.5, level="sample", init="median")
+    np.testing.assert_allclose(np.asarray(multi.centroids)[0], np.asarray(single.centroid),
+                               rtol=1e-12)
+    np.testing.assert_array_equal(np.asarray(multi.assigned)[..., 0], np.asarray(single.included))
