@@ -42,7 +42,8 @@ def _lemma_config(seed, M, d, R, eps, extra, gap):
             labels.append(i)
         for j in range(M):
             if j != i:
-                pts.append(mu[i] + R * (1 - 1e-12) * (mu[j] - mu[i]) / np.linalg.norm(mu[j] - mu[i]))
+                towards = (mu[j] - mu[i]) / np.linalg.norm(mu[j] - mu[i])
+                pts.append(mu[i] + R * (1 - 1e-12) * towards)
                 labels.append(i)
     C = []
     for i in range(M):

@@ -283,7 +283,8 @@ def summarize(df: pd.DataFrame) -> str:
     for d in datasets:
         kl = get("fit", "reverse KL (paper's direction)", d)
         nll = get("fit", "held-out NLL", d)
-        extra = "" if kl is None else f"; reverse KL achieved {fmt(kl.value, kl.ci_low, kl.ci_high)} nats"
+        extra = ("" if kl is None else
+                 f"; reverse KL achieved {fmt(kl.value, kl.ci_low, kl.ci_high)} nats")
         lines.append(f"- Thm 4 (1) KL < eps is an existence claim, not checked; achieved ({d}): "
                      f"held-out NLL {fmt(nll.value, nll.ci_low, nll.ci_high)} nats{extra}.")
     lines += ["", f"Real-data shape: {_real_shape_note()}."]
