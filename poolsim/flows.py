@@ -197,14 +197,17 @@ def _model(params, loc, scale, config):
 
 
 def _layers(model, n_layers: int) -> list:
-    """The unwrapped model's layers in forward order: coupling, flip, ..., standardise."""
+    """The unwrapped model's layers in forward order: coupling, flip, ..., standardise (their
+    arrays as NumPy arrays: slicing the stack on the host is free)."""
     import equinox as eqx
     import jax
 
-    stack, standardise = model.bijection.bijections
+    host = jax.tree.map(lambda leaf: np.asarray(leaf) if eqx.is_array(leaf) else leaf, model)
+    stack, standardise = host.bijection.bijections
     out = []
     for i in range(n_layers):
-        pair = jax.tree.map(lambda leaf: leaf[i] if eqx.is_array(leaf) else leaf, stack.bijection)
+        pair = jax.tree.map(lambda leaf: leaf[i] if isinstance(leaf, np.ndarray) else leaf,
+                            stack.bijection)
         out += list(pair.bijections)
     return out + [standardise]
 
@@ -271,9 +274,10 @@ def _applier(config: FlowConfig, what: str):
 def _coupling_norms(layer):
     """Norm bounds of one coupling's tanh-MLP conditioner ``x1 -> (t, raw)``.
 
-    Returns ``(L_net, L_t, L_raw, H_t)``: Lipschitz bounds of the whole output, of its shift rows
+    Returns ``(L_net, L_t, L_raw, H_t, rows_t)``: Lipschitz bounds of the whole output, of its shift rows
     and of its log-scale rows (products of exact largest singular values; tanh is 1-Lipschitz),
-    and a bound on ``||t(x1)||`` for every ``x1`` (hidden units lie in [-1, 1]^width). Which output
+    a bound on ``||t(x1)||`` for every ``x1`` (hidden units lie in [-1, 1]^width), and the slice of
+    output rows that are shifts. Which output
     rows are shifts is read off flowjax's transformer constructor (parameters per transformed
     coordinate, ravelled in ``_TanhAffine`` field order), probed rather than assumed.
     """
@@ -290,7 +294,7 @@ def _coupling_norms(layer):
     # the constructor's offset (the transformer's initial parameters) is zero for _TanhAffine,
     # so t(x1) is exactly the shift rows of the MLP output
     H_t = sig(W[rows_t]) * math.sqrt(last.in_features) + float(np.linalg.norm(b[rows_t]))
-    return pre * sig(W), pre * sig(W[rows_t]), pre * sig(W[rows_s]), H_t
+    return pre * sig(W), pre * sig(W[rows_t]), pre * sig(W[rows_s]), H_t, rows_t
 
 
 def _sigma2(a, b, c):
@@ -364,11 +368,11 @@ class Flow(NamedTuple):
         for layer in _layers(self.model(), self.config.n_layers):
             if isinstance(layer, Coupling):
                 d1 = layer.untransformed_dim
-                L, L_t, L_s, H_t = _coupling_norms(layer)
+                L, L_t, L_s, H_t, t_rows = _coupling_norms(layer)
                 x1, alpha = np.linalg.norm(bound[:d1]), bound[d1:].max() * delta * s_max
                 a = min(L * math.sqrt(1.0 + alpha ** 2), alpha * L_s + L_t)  # >= ||A||
                 C = _sigma2(1.0, a, delta)
-                t0 = np.abs(np.asarray(layer.transform(np.zeros(self.d)))[d1:])
+                t0 = np.abs(np.asarray(layer.conditioner(np.zeros(d1)))[t_rows])  # |t_i(0)|
                 shift = np.minimum(t0 + L_t * x1, H_t)  # >= |t_i(x1)| (each <= ||t||)
                 bound = np.concatenate([bound[:d1], delta * bound[d1:] + shift])
                 kinds.append("coupling")
