@@ -3,9 +3,12 @@
 Reproduces and tests "Beyond Pooling: Matching for Robust Generalization under Data Heterogeneity"
 (AISTATS 2026). Public API only; the implementation lives in private modules.
 """
+from . import flows as flows
 from . import metadist as metadist
 from . import theory as theory
 from ._da import da_score as da_score
+from ._multimodal import MultiMatched as MultiMatched
+from ._multimodal import match_multimodal as match_multimodal
 from ._strategies import Matched as Matched
 from ._strategies import Pooled as Pooled
 from ._strategies import Subsampled as Subsampled

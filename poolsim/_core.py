@@ -250,3 +250,31 @@ def running_update(c, count, x, tau, metric: str):
     acc = gate(distance(x, c, metric), tau)
     c_next = c + xp.expand_dims(acc / (count + 1.0), axis=-1) * (x - c)
     return c_next, count + acc, acc
+
+
+def exclusive_gate(dist, taus):
+    """The paper's multimodal assignment (§"Extension to Multimodal Settings").
+
+    ``dist: (n, M)`` distances of n points to M centroids, ``taus: (M,)`` radii -> ``(n, M)`` 0/1
+    weights: point i goes to mode m iff ``dist[i, m] < taus[m]`` and ``dist[i, j] >= taus[j]``
+    for every ``j != m`` (``g_m prod_{j != m} (1 - g_j)``, i.e. ``g_m`` times "exactly one gate
+    open"). A point inside several balls, or none, gets an all-zero row (unassigned).
+    """
+    xp = namespace(dist)
+    g = gate(dist, taus)
+    only = xp.astype(xp.sum(g, axis=-1, keepdims=True) == 1, dist.dtype)
+    return g * only
+
+
+def multi_match_step(points, mass, C, taus, metric: str):
+    """One iteration of multimodal matching: exclusive assignment, then a per-mode update.
+
+    ``points: (n, d)``, ``mass: (n,)`` as in :func:`match_step`, ``C: (M, d)`` centroids,
+    ``taus: (M,)``. Returns ``(C_next (M, d), assigned (n, M) 0/1, matched mass (M,))``; a mode
+    that gets nothing keeps its centroid (the :func:`weighted_mean` fallback).
+    """
+    xp = namespace(points, mass, C)
+    w = exclusive_gate(distance(points[:, None, :], C[None, :, :], metric), taus)
+    w = w * xp.astype(mass > 0, points.dtype)[:, None]
+    out = [weighted_mean(points, w[:, m] * mass, C[m]) for m in range(C.shape[0])]
+    return xp.stack([c for c, _ in out]), w, xp.stack([t for _, t in out])

@@ -124,3 +124,34 @@ def ref_domain_addition(rng: np.random.Generator, *, Ks, n, sigma, tau, every, r
         out["subsample"].append(ref_subsample(rng, X, max(1, min(K, int(np.ceil(m_frac * K)))), n_sub))
         out["match"].append(ref_match(X, tau, metric=metric, tol=tol, max_iter=max_iter)[0])
     return {k: np.array(v) for k, v in out.items()}
+
+
+def ref_match_multimodal(X, taus, init, *, metric="l2", level="domain", tol=1e-4, max_iter=100):
+    """Multimodal matching with loops (paper's rule: mode m iff inside ball m and outside every
+    other ball). ``init``: (M, d) centroids. Returns ``(centroids (M, d), labels, n_iter)`` with
+    labels a flat list over domains (or samples), -1 for unassigned."""
+    X = np.asarray(X, dtype=float)
+    rows = _valid_rows(X, None)
+    units = ([(r.mean(axis=0), r) for r in rows] if level == "domain"
+             else [(x, x[None, :]) for r in rows for x in r])
+    C = [np.asarray(c, dtype=float) for c in init]
+    labels = [-1] * len(units)
+    for t in range(1, max_iter + 1):
+        labels = []
+        for p, _ in units:
+            inside = [m for m in range(len(C)) if ref_distance(p, C[m], metric) < taus[m]]
+            labels.append(inside[0] if len(inside) == 1 else -1)
+        new = []
+        for m in range(len(C)):
+            total, n = np.zeros(X.shape[2]), 0
+            for lab, (_, samples) in zip(labels, units):
+                if lab == m:
+                    for x in samples:
+                        total += x
+                        n += 1
+            new.append(total / n if n else C[m])
+        moved = max(np.sqrt(np.sum((a - b) ** 2)) for a, b in zip(new, C))
+        C = new
+        if moved < tol:
+            return np.array(C), labels, t
+    return np.array(C), labels, max_iter

@@ -122,12 +122,32 @@ def resolve(name: str, params: dict) -> tuple[dict, md.MetaDist]:
     return P, dist
 
 
+class _Sampler:
+    """``key -> (K_max, d)`` means; equal (and hashing equal) when built from the same experiment
+    parameters, so a second :func:`spec` call with the same arguments reuses the compiled engine.
+    A user-supplied ``metadist`` compares by identity."""
+
+    def __init__(self, dist: md.MetaDist, K_max: int, ident: Any):
+        self.dist, self.K_max, self.ident = dist, K_max, ident
+
+    def __call__(self, key):
+        return self.dist.sample(key, self.K_max)
+
+    def __eq__(self, other):
+        return isinstance(other, _Sampler) and self.ident == other.ident
+
+    def __hash__(self):
+        return hash(self.ident)
+
+
 def spec(name: str, **params) -> tuple[_engine.Spec, dict]:
     """The engine's static :class:`~poolsim._engine.Spec` for an experiment, and the parameters."""
     P, dist = resolve(name, params)
     K_max = P["Ks"][-1]
     mu = tuple(float(v) for v in dist.mu_star)
-    return _engine.Spec(lambda key: dist.sample(key, K_max), K_max, P["d"], P["Ks"], int(P["n"]),
+    ident = (name, K_max, id(dist)) if P["metadist"] is not None else (
+        name, K_max, repr(sorted((k, v) for k, v in P.items() if k != "metadist")))
+    return _engine.Spec(_Sampler(dist, K_max, ident), K_max, P["d"], P["Ks"], int(P["n"]),
                         float(P["sigma"]), float(P["tau"]), P["metric"], P["init"], float(P["tol"]),
                         int(P["max_iter"]), float(P["m_frac"]), int(P["n_sub"]), mu,
                         bool(P["materialize"])), P
@@ -184,10 +204,14 @@ def run(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = 
 
 
 def ci95(values: Any) -> tuple[float, float, float]:
-    """Mean and a 95% Student-t interval over seeds (``scipy.stats.t``); width 0 for one seed."""
+    """Mean and a 95% Student-t interval over seeds (``scipy.stats.t``); width 0 for one seed.
+    Non-finite entries (e.g. an undefined per-mode error) are left out; all NaN if none is left."""
     from scipy import stats
 
-    v = np.asarray(values, dtype=float)
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return math.nan, math.nan, math.nan
     m = float(v.mean())
     if v.size < 2:
         return m, m, m

@@ -176,3 +176,11 @@ def test_prefix_medians_equal_core_median(rng):
             np.testing.assert_allclose(
                 got[j], np.asarray(_core.weighted_median(jnp.asarray(x), jnp.asarray(group < K))),
                 atol=1e-12)
+
+
+def test_equal_parameters_reuse_the_compiled_engine():
+    a, _ = experiments.spec("domain_addition", **SMALL)
+    b, _ = experiments.spec("domain_addition", **SMALL)
+    c, _ = experiments.spec("domain_addition", **dict(SMALL, radius=3.0))
+    assert a == b and hash(a) == hash(b)
+    assert a != c  # another meta-distribution parameter -> another compiled function

@@ -5,31 +5,28 @@ Each module ``poolsim.figures.NAME`` follows the figure-module contract: ``NAME`
 ``summarize(df) -> str`` and, optionally, ``SIMULATIONS`` (the ``(experiment, params)`` pairs it
 reads, so the CLI can compile them up front and in parallel).
 
-``FIGURES`` are always present. ``OPTIONAL`` figures are listed when their module is installed (they
-are written on other branches); once merged, their names can move to ``FIGURES``.
+To add a figure: write ``poolsim/figures/NAME.py`` to that contract and add NAME to ``FIGURES``.
 """
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from types import ModuleType
 
-FIGURES = ("synthetic_intro", "asymptotic", "symmetric", "domain_addition", "baselines")
-OPTIONAL = ("flow_bridge", "multimodal")
+FIGURES = ("synthetic_intro", "asymptotic", "symmetric", "domain_addition", "baselines",
+           "flow_bridge", "multimodal")
 
 
 def available() -> tuple[str, ...]:
-    """The figure names this installation can make, in order (``FIGURES`` then present ``OPTIONAL``)."""
-    return FIGURES + tuple(n for n in OPTIONAL if importlib.util.find_spec(f"{__name__}.{n}"))
+    """The figure names, in the order they are made."""
+    return FIGURES
 
 
 def load(name: str) -> ModuleType:
     """The module of figure ``name``; ValueError naming the choices if there is none."""
     names = available()
     if name not in names:
-        missing = " (listed as optional, but its module is not installed)" if name in OPTIONAL else ""
-        raise ValueError(f"unknown figure {name!r}{missing}; choose from {', '.join(names)}")
+        raise ValueError(f"unknown figure {name!r}; choose from {', '.join(names)}")
     return importlib.import_module(f"{__name__}.{name}")
 
 
-__all__ = ["FIGURES", "OPTIONAL", "available", "load"]
+__all__ = ["FIGURES", "available", "load"]

@@ -206,6 +206,11 @@ def plot_bars(ax, df: pd.DataFrame, labels: dict | None = None, colors: dict | N
         ax.text(xi + 0.06, max(m, hi), f"{m:.3f}", ha="left", va="bottom", fontsize=7)
 
 
+def fmt_ci(m: float, lo: float, hi: float, digits: int = 3) -> str:
+    """``"m [lo, hi]"`` for markdown tables."""
+    return f"{m:.{digits}g} [{lo:.{digits}g}, {hi:.{digits}g}]"
+
+
 def fmt(row: Any) -> str:
     """``mean [lo, hi]`` for summary tables."""
     return f"{row['mean']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"

@@ -1,0 +1,223 @@
+"""Figure "multimodal": per-mode error as domains arrive one by one (§"Extension to Multimodal
+Settings", Lemma "Multimodal Reduction"). Simulated data only.
+
+M = 3 modes ``mu*_m`` on a circle of radius ``R`` (ours); domain k belongs to mode ``k mod M``,
+its mean drawn from that mode's contaminated D_mu (``poolsim.metadist.contaminated(p, alpha,
+gamma, direction = outward radial)``, so contamination does not point at another mode), its
+``n`` samples from ``N(mu_k, sigma^2 I)`` (sigma = 0.8 as in the paper).
+
+Strategies, per mode m, after the first K domains:
+* pooling with the *true* mode labels: the mean of every sample of mode m's domains (given more
+  information than matching -- it is told the modes);
+* multimodal matching (``poolsim.match_multimodal``, domain level, L2, ``tau_m = tau``):
+  ``init="kmeans++median"`` (k-means++ seeds, key = seed, each moved to the coordinate-wise
+  median of its Voronoi cell) on the first ``K0`` domains, then each new K starts from the
+  previous K's centroids (online, as domains arrive). Centroids are matched to modes once, at
+  ``K0``, by a minimum-distance assignment (``scipy.optimize.linear_sum_assignment``).
+
+``eps_{K,m} = ||estimate_m - mu*_m||``. Non-deterioration: the share of steps K -> K+1 that add a
+mode-m domain with ``eps_{K+1,m} <= eps_{K,m}`` (steps adding another mode's domain leave pooling
+unchanged by construction and are not counted). Lemma check at every K: separation
+``min ||mu*_i - mu*_j|| > 2 (tau + R_max + eps_max)`` with ``R_max`` the largest distance of a
+domain mean from its mode, and the share of domains matched to a wrong mode.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from ..experiments import ci95
+from ._data import fmt_ci as fmt
+
+NAME = "multimodal"
+TITLE = "Multimodal matching: per-mode error as domains are added one by one"
+
+PARAMS = dict(M=3, R=5.0, sigma=0.8, n=50, gamma=0.5, alpha=1.5, p=0.3, tau=1.2, K0=9, K_max=45)
+QUICK = dict(K_max=18)
+STRATEGIES = ("pooling (true mode labels)", "multimodal matching")
+
+
+def _modes(M: int, R: float) -> np.ndarray:
+    ang = np.pi / 2 + 2 * np.pi * np.arange(M) / M
+    return R * np.stack([np.cos(ang), np.sin(ang)], axis=1)
+
+
+def _draw(seed: int, P: dict):
+    """``(X (K_max, n, 2), mode (K_max,), modes (M, 2))``."""
+    import jax
+
+    from .. import metadist
+
+    M, K = P["M"], P["K_max"]
+    modes = _modes(M, P["R"])
+    per = -(-K // M)
+    means = np.empty((per, M, 2))
+    for m in range(M):
+        md = metadist.contaminated(P["p"], P["alpha"], d=2, gamma=P["gamma"],
+                                   direction=modes[m], mu_star=modes[m])
+        means[:, m] = np.asarray(md(jax.random.fold_in(jax.random.key(seed), m), per))
+    mu = means.reshape(-1, 2)[:K]  # domain k: mode k % M
+    rng = np.random.default_rng([seed, 11])
+    X = mu[:, None, :] + P["sigma"] * rng.normal(size=(K, P["n"], 2))
+    return X, np.arange(K) % M, modes
+
+
+def _one_seed(seed: int, P: dict) -> dict:
+    from scipy.optimize import linear_sum_assignment
+
+    import poolsim
+
+    X, mode, modes = _draw(seed, P)
+    M, K0, taus = P["M"], P["K0"], [P["tau"]] * P["M"]
+    xbar = X.mean(axis=1)
+    sep = min(np.linalg.norm(modes[i] - modes[j]) for i in range(M) for j in range(i))
+    res = poolsim.match_multimodal(X[:K0], taus, init="kmeans++median", key=seed)
+    cost = np.linalg.norm(np.asarray(res.centroids)[:, None] - modes[None], axis=-1)
+    rows, cols = linear_sum_assignment(cost)
+    to_mode = np.empty(M, dtype=int)
+    to_mode[rows] = cols  # centroid j estimates mode to_mode[j]
+    eps = {s: [] for s in STRATEGIES}
+    wrong = unassigned = lemma_ok = 0
+    for K in range(K0, P["K_max"] + 1):
+        if K > K0:
+            res = poolsim.match_multimodal(X[:K], taus, init=np.asarray(res.centroids))
+        C = np.empty((M, 2))
+        C[to_mode] = np.asarray(res.centroids)
+        e_match = np.linalg.norm(C - modes, axis=1)
+        pooled = np.stack([xbar[:K][mode[:K] == m].mean(axis=0) for m in range(M)])
+        eps["pooling (true mode labels)"].append(np.linalg.norm(pooled - modes, axis=1))
+        eps["multimodal matching"].append(e_match)
+        lab = np.asarray(res.labels)
+        wrong += int(np.sum((lab >= 0) & (to_mode[np.maximum(lab, 0)] != mode[:K])))
+        unassigned += int(np.sum(lab < 0))
+        R_max = np.max(np.linalg.norm(xbar[:K] - modes[mode[:K]], axis=1))
+        lemma_ok += int(sep > 2 * (P["tau"] + R_max + e_match.max()))
+    Ks = np.arange(K0, P["K_max"] + 1)
+    n_dom = int(np.sum(Ks))
+    out = {"eps": {s: np.array(v) for s, v in eps.items()}, "Ks": Ks,
+           "wrong": wrong / n_dom, "unassigned": unassigned / n_dom,
+           "lemma": lemma_ok / len(Ks)}
+    # non-deterioration over steps K -> K+1 whose new domain (index K) belongs to mode m
+    nd = {}
+    for s, e in out["eps"].items():
+        for m in range(M):
+            steps = [i for i, K in enumerate(Ks[:-1]) if mode[K] == m]
+            nd[(s, m)] = float(np.mean([e[i + 1, m] <= e[i, m] for i in steps]))
+    out["nd"] = nd
+    return out
+
+
+def compute(*, seeds: int, quick: bool, progress: Callable[[int], Any] | None = None
+            ) -> pd.DataFrame:
+    """Tidy rows: panel "trajectory" (strategy, mode, K), "nondeterioration" (strategy, mode),
+    "lemma" (name); value = mean over seeds with a 95% t-interval."""
+    P = {**PARAMS, **(QUICK if quick else {})}
+    S = int(seeds)
+    if S < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds!r}")
+    runs = []
+    for s in range(S):
+        runs.append(_one_seed(s, P))
+        if progress is not None:
+            progress(1)
+    base = dict(n_seeds=S, M=P["M"], tau=P["tau"], p=P["p"], alpha=P["alpha"], R=P["R"],
+                n=P["n"])
+    rows = []
+    Ks = runs[0]["Ks"]
+    for strat in STRATEGIES:
+        E = np.stack([r["eps"][strat] for r in runs])  # (S, len(Ks), M)
+        for m in range(P["M"]):
+            for i, K in enumerate(Ks):
+                m_, lo, hi = ci95(E[:, i, m])
+                rows.append(dict(panel="trajectory", name=strat, mode=m, K=int(K), value=m_,
+                                 ci_low=lo, ci_high=hi, **base))
+            m_, lo, hi = ci95([r["nd"][(strat, m)] for r in runs])
+            rows.append(dict(panel="nondeterioration", name=strat, mode=m, K=int(Ks[-1]),
+                             value=m_, ci_low=lo, ci_high=hi, **base))
+    for key, name in (("wrong", "wrong-mode share of domains"),
+                      ("unassigned", "unassigned share of domains"),
+                      ("lemma", "share of K with Lemma separation")):
+        m_, lo, hi = ci95([r[key] for r in runs])
+        rows.append(dict(panel="lemma", name=name, mode=-1, K=int(Ks[-1]), value=m_, ci_low=lo,
+                         ci_high=hi, **base))
+    return pd.DataFrame(rows)
+
+
+def plot(df: pd.DataFrame):
+    import matplotlib.pyplot as plt
+
+    M = int(df["M"].iloc[0])
+    S = int(df["n_seeds"].iloc[0])
+    fig, axes = plt.subplots(1, M + 1, figsize=(4 * (M + 1), 3.8))
+    traj = df[df.panel == "trajectory"]
+    for m in range(M):
+        ax = axes[m]
+        for strat in STRATEGIES:
+            sub = traj[(traj.name == strat) & (traj["mode"] == m)]
+            ax.plot(sub.K, sub.value, label=strat)
+            ax.fill_between(sub.K, sub.ci_low, sub.ci_high, alpha=0.25)
+        ax.set_title(f"mode {m + 1}")
+        ax.set_xlabel("K (domains so far, all modes)")
+        ax.set_ylabel(r"$\epsilon_{K,m}$ (mean, 95% CI)")
+    axes[0].legend(fontsize=8)
+    nd = df[df.panel == "nondeterioration"]
+    width = 0.38
+    for i, strat in enumerate(STRATEGIES):
+        sub = nd[nd.name == strat]
+        axes[M].bar(sub["mode"] + 1 + (i - 0.5) * width, sub.value, width,
+                    yerr=[sub.value - sub.ci_low, sub.ci_high - sub.value], capsize=3, label=strat)
+    axes[M].set_ylim(0, 1.05)
+    axes[M].set_xticks(range(1, M + 1))
+    axes[M].set_xlabel("mode")
+    axes[M].set_title(r"share of own-mode steps with $\epsilon_{K+1,m}\leq\epsilon_{K,m}$",
+                      fontsize=9)
+    r0 = df.iloc[0]
+    lem = df[df.panel == "lemma"].set_index("name").value
+    wrong, sep = lem["wrong-mode share of domains"], lem["share of K with Lemma separation"]
+    fig.suptitle(f"{TITLE} (SIMULATED)\nM = {M} modes on a circle of radius {r0.R}, contaminated "
+                 f"D_mu per mode (p = {r0.p}, alpha = {r0.alpha}), n = {r0.n}, tau = {r0.tau}; "
+                 f"{S} seeds; wrong-mode share {wrong:.3f}, Lemma separation at {sep:.0%} of K",
+                 fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    return fig
+
+
+def summarize(df: pd.DataFrame) -> str:
+    M = int(df["M"].iloc[0])
+    S = int(df["n_seeds"].iloc[0])
+    traj = df[df.panel == "trajectory"]
+    K_last = int(traj.K.max())
+    nd = df[df.panel == "nondeterioration"]
+    lem = df[df.panel == "lemma"].set_index("name")
+    lines = [f"## {NAME} -- {TITLE}", "", f"Simulated; {S} seeds; mean [95% t-interval] over seeds.", "",
+             "| strategy | " + " | ".join(f"eps_K,{m + 1} at K = {K_last}" for m in range(M))
+             + " | " + " | ".join(f"non-deterioration, mode {m + 1}" for m in range(M)) + " |",
+             "|---" * (2 * M + 1) + "|"]
+    for strat in STRATEGIES:
+        e = [traj[(traj.name == strat) & (traj["mode"] == m) & (traj.K == K_last)].iloc[0]
+             for m in range(M)]
+        f = [nd[(nd.name == strat) & (nd["mode"] == m)].iloc[0] for m in range(M)]
+        lines.append(f"| {strat} | " + " | ".join(fmt(r.value, r.ci_low, r.ci_high) for r in e)
+                     + " | " + " | ".join(fmt(r.value, r.ci_low, r.ci_high) for r in f) + " |")
+    mm = nd[nd.name == "multimodal matching"]
+    worst = mm.value.min()
+    wrong = lem.loc["wrong-mode share of domains"]
+    sep = lem.loc["share of K with Lemma separation"]
+    una = lem.loc["unassigned share of domains"]
+    lines += ["", "**Paper's claims vs this run**", "",
+              f"- Lemma (a), no sample matched to a wrong mode under separation: "
+              f"{'holds' if wrong.value == 0 else 'does not hold'} -- wrong-mode share "
+              f"{wrong.value:.3g}; the separation condition held at {sep.value:.0%} of the K "
+              f"values (coverage tau_m >= R_max + eps is *not* met here: the contaminated "
+              f"domains lie outside tau on purpose, and {una.value:.1%} of domains are "
+              "unassigned).",
+              f"- 'eps_(K+1,m) <= eps_(K,m) for all m with high probability': "
+              f"{'holds' if worst >= 0.95 else 'does not hold'} at the level of single steps "
+              f"-- multimodal matching's share of own-mode steps without deterioration is "
+              f"{worst:.2f} in the worst mode (pooling with true labels: "
+              f"{nd[nd.name == STRATEGIES[0]].value.min():.2f}). Adding an inlier domain moves "
+              "the matched mean by sampling noise, which raises eps about as often as it "
+              "lowers it; excluded domains leave eps unchanged."]
+    return "\n".join(lines)
