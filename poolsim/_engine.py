@@ -10,7 +10,7 @@ Sufficient-statistics path (``materialize=False``): with ``x_{k,i} ~ N(mu_k, s^2
 * the domain sample mean is exactly ``xbar_k = mu_k + s / sqrt(n) z_k``;
 * the mean of ``n'`` points drawn with replacement from domain k's ``n`` samples is jointly
   Gaussian with ``xbar_k``: given the draw's index multiset with ``q = sum_i c_i^2`` (c_i = times
-  sample i was drawn; computed from the ``n'`` drawn indices in O(n'^2), independent of n),
+  sample i was drawn; ``q`` itself is drawn from its exact law, :func:`collision_law`),
   ``Cov(xbar, sub) = s^2 / n`` and ``Var(sub) = s^2 q / n'^2``, hence
   ``sub = xbar_k + s sqrt(q / n'^2 - 1 / n) z'`` exactly (q/n'^2 >= 1/n by Cauchy-Schwarz);
 * the matching init ``"median"`` is the coordinate-wise median of the *domain means* (the sample
@@ -85,11 +85,51 @@ class _SubDraws(NamedTuple):
     z: Any  # (K_max, d) standard normals (sufficient-statistics path)
 
 
+@functools.lru_cache(maxsize=32)
+def collision_law(n: int, draws: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact law of ``q = sum_i c_i^2`` for ``c ~ Multinomial(draws, (1/n, ..., 1/n))`` -- the
+    sum of squared multiplicities when ``draws`` indices are taken with replacement from ``n``.
+
+    Returns ``(values, probabilities)``. A sequence of draws that occupies ``l`` distinct samples
+    with counts ``j_1..j_l`` (ordered) has ``n!/(n-l)!/l! * draws! * prod 1/j_i!`` index sequences
+    out of ``n^draws``; a dynamic programme over ordered parts ``(balls used, q, parts)`` sums
+    ``prod 1/j_i!`` in O(draws^5). Lets the sufficient-statistics path draw ``q`` with one uniform
+    instead of ``draws`` random indices per domain (checked against exhaustive enumeration in the
+    tests).
+    """
+    from math import lgamma, log
+
+    qmax = draws * draws
+    # D[b, q, l] = sum over ordered parts (j_1..j_l), sum j = b, sum j^2 = q, of prod 1/j!
+    D = np.zeros((draws + 1, qmax + 1, draws + 1))
+    D[0, 0, 0] = 1.0
+    inv_fact = np.array([np.exp(-lgamma(j + 1)) for j in range(draws + 1)])
+    for b in range(draws):
+        for l in range(b + 1):
+            row = D[b, :, l]
+            if not row.any():
+                continue
+            for j in range(1, draws - b + 1):
+                D[b + j, j * j:, l + 1] += row[: qmax + 1 - j * j] * inv_fact[j]
+    ls = np.arange(draws + 1)
+    log_w = np.array([lgamma(n + 1) - lgamma(n - l + 1) - lgamma(l + 1) if l <= n else -np.inf
+                      for l in ls]) + lgamma(draws + 1) - draws * log(n)
+    prob = (D[draws] * np.exp(log_w)[None, :]).sum(axis=1)
+    values = np.nonzero(prob > 0)[0]
+    return values.astype(float), prob[values] / prob[values].sum()
+
+
 def _sub_draws(key, spec: Spec, dtype) -> _SubDraws:
     kp, ki, kz = jax.random.split(key, 3)
     shape = (len(spec.Ks), spec.K_max)
-    idx = jax.random.randint(ki, shape + (spec.n_sub,), 0, spec.n)
-    q = jnp.sum(idx[..., :, None] == idx[..., None, :], axis=(-2, -1)).astype(dtype)
+    if spec.materialize:
+        idx = jax.random.randint(ki, shape + (spec.n_sub,), 0, spec.n)
+        q = jnp.zeros(shape, dtype)
+    else:  # only q matters: one uniform through the exact inverse CDF
+        values, prob = collision_law(spec.n, spec.n_sub)
+        cdf = jnp.asarray(np.cumsum(prob)[:-1], dtype)
+        q = jnp.asarray(values, dtype)[jnp.searchsorted(cdf, jax.random.uniform(ki, shape, dtype))]
+        idx = jnp.zeros(shape + (0,), jnp.int32)
     return _SubDraws(jax.random.uniform(kp, shape, dtype), idx, q,
                      jax.random.normal(kz, shape + (spec.d,), dtype))
 

@@ -184,3 +184,23 @@ def test_equal_parameters_reuse_the_compiled_engine():
     c, _ = experiments.spec("domain_addition", **dict(SMALL, radius=3.0))
     assert a == b and hash(a) == hash(b)
     assert a != c  # another meta-distribution parameter -> another compiled function
+
+
+@pytest.mark.parametrize("n, draws", [(1, 3), (3, 3), (4, 5), (7, 4)])
+def test_collision_law_equals_exhaustive_enumeration(n, draws):
+    # Independent oracle: enumerate all n**draws index sequences and tabulate sum_i c_i^2.
+    import itertools
+    from collections import Counter
+
+    tally = Counter(sum(c * c for c in Counter(seq).values())
+                    for seq in itertools.product(range(n), repeat=draws))
+    values, prob = _engine.collision_law(n, draws)
+    want = {q: cnt / n**draws for q, cnt in tally.items()}
+    assert dict(zip(values.astype(int).tolist(), prob.tolist())) == pytest.approx(want, abs=1e-12)
+
+
+def test_collision_law_large_n_mean():
+    # E[sum c_i^2] = draws + draws (draws - 1) / n (closed form: Var c_i + (E c_i)^2 summed).
+    for n, draws in [(100, 10), (100_000, 10), (50, 20)]:
+        values, prob = _engine.collision_law(n, draws)
+        assert float(values @ prob) == pytest.approx(draws + draws * (draws - 1) / n, rel=1e-10)
