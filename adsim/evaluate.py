@@ -115,7 +115,8 @@ def load_run(run, *, checkpoint: str = "auto", device: str = "auto"):
     if not math.isclose(fp, record["backbone_fingerprint"], rel_tol=1e-9, abs_tol=1e-6):
         raise ValueError(f"backbone weights differ from the run's (fingerprint {fp} vs "
                          f"{record['backbone_fingerprint']}): wrong --checkpoint or a changed file")
-    head = make_head(cfg, backbone, text_embeddings(backbone, record["prompts"])).to(dev)
+    head = make_head(cfg, backbone.spec.width, backbone.spec.embed_dim,
+                     text_embeddings(backbone, record["prompts"])).to(dev)
     ckpt = torch.load(path, map_location=dev, weights_only=False)
     try:
         head.load_state_dict(ckpt["head"])

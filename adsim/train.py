@@ -90,8 +90,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                         betas=tuple(cfg.betas))
 
 
-def make_head(cfg: TrainConfig, backbone, text) -> Head:
-    return Head(backbone.spec.width, backbone.spec.embed_dim, text, vaca=cfg.vaca, gamma=cfg.gamma,
+def make_head(cfg: TrainConfig, width: int, embed_dim: int, text, n_layers: int = 4) -> Head:
+    """The head a config asks for: ``width`` = token dimension, ``embed_dim`` = text dimension."""
+    return Head(width, embed_dim, text, n_layers=n_layers, vaca=cfg.vaca, gamma=cfg.gamma,
                 matching=cfg.method == "match", metric=cfg.metric, gate_mode=cfg.gate_mode,
                 alpha=cfg.alpha, update=cfg.update)
 
@@ -206,7 +207,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> P
                               quick_gelu=cfg.quick_gelu, seed=cfg.seed, device=device)
     spec = backbone.spec
     prompts = prompt_ensemble()
-    head = make_head(cfg, backbone, text_embeddings(backbone, prompts)).to(device)
+    head = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(backbone, prompts)).to(device)
     opt = make_optimizer(cfg, head)
     scaler = torch.amp.GradScaler(device.type, enabled=amp is torch.float16)
 
