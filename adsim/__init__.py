@@ -2,7 +2,10 @@
 
 The detector of "Beyond Pooling" (§"Matching for Anomaly Detection", Algorithm 1) on a frozen
 open_clip ViT. Its centroid gates and updates are ``poolsim._core`` run on torch tensors.
-CLI: ``python -m adsim {make-toy-bmad,train,eval}``.
+CLI: ``python -m adsim {make-toy-bmad,train,eval,protocol,sweep,figures}``. ``protocol`` runs the
+leave-one-out domain-addition protocol with the DA score on real images or on the SIMULATED token
+features of ``adsim.sim`` (CPU); ``figures`` draws its figures and table, with the paper's numbers
+(``adsim.reference``) beside them, never mixed.
 """
 from .backbone import BACKBONES as BACKBONES
 from .backbone import RandomWeightsWarning as RandomWeightsWarning
@@ -13,8 +16,12 @@ from .evaluate import evaluate as evaluate
 from .head import VACA as VACA
 from .head import Head as Head
 from .head import features as features
+from .head import features_from_tokens as features_from_tokens
 from .matching import CentroidBank as CentroidBank
 from .matching import match as match
+from .protocol import run as run_protocol
+from .sim import SimParams as SimParams
+from .sim import simulate as simulate
 from .toy import make_toy_bmad as make_toy_bmad
 from .train import TrainConfig as TrainConfig
 from .train import train as train

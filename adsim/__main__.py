@@ -1,4 +1,4 @@
-"""``python -m adsim {make-toy-bmad,train,eval}`` -- see ``python -m adsim COMMAND --help``."""
+"""``python -m adsim {make-toy-bmad,train,eval,protocol,sweep,figures}`` -- see ``python -m adsim COMMAND --help``."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,7 @@ import sys
 
 from poolsim import _core
 
+from . import _protocol_cli
 from . import data as D
 from .backbone import BACKBONES
 
@@ -66,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--device", default="auto")
     ev.add_argument("--no-progress", dest="progress", action="store_false")
+    _protocol_cli.add_parsers(sub)
     return p
 
 
@@ -76,6 +78,8 @@ def main(argv=None) -> int:
             from .toy import make_toy_bmad
             root = make_toy_bmad(args.dir, n_per_class=args.n_per_class, size=args.size, seed=args.seed)
             print(f"wrote SIMULATED toy BMAD to {root}")
+        elif args.command in ("protocol", "sweep", "figures"):
+            print(_protocol_cli.main(args))
         elif args.command == "train":
             from .train import TrainConfig, train
             select = "test" if args.select_on_test else "heldout" if args.select_heldout else "last"

@@ -29,19 +29,28 @@ def score(backbone, head, samples, *, clip_norm: bool, device, precision: str = 
           maps: bool = False, progress: bool = False, desc: str = "scoring") -> dict:
     """``{"scores": (n,), "labels": (n,), "maps": (n, S, S) or None, "masks": ...}`` as NumPy."""
     spec = backbone.spec
-    amp = autocast_dtype(precision, device)
-    head.eval()
     loader = torch.utils.data.DataLoader(D.ImageDataset(samples, spec.image_size, clip_norm=clip_norm),
                                          batch_size=batch_size, shuffle=False)
+    return score_batches(head, loader, lambda x: features(backbone, head, x), grid=spec.grid,
+                         size=spec.image_size, device=device, amp=autocast_dtype(precision, device),
+                         maps=maps, progress=progress, desc=desc)
+
+
+@torch.no_grad()
+def score_batches(head, batches, forward, *, grid: int, size: int, device, amp=None, maps: bool = False,
+                  progress: bool = False, desc: str = "scoring") -> dict:
+    """Score an iterable of batch dicts (``image``, ``label``, ``mask``) with ``forward(x) -> Features``
+    (image path or token path); the head is put in evaluation mode. Output as :func:`score`."""
+    head.eval()
     scores, labels, all_maps, masks = [], [], [], []
-    for batch in tqdm(loader, desc=desc, disable=not progress, leave=False):
-        images = batch["image"].to(device)
+    for batch in tqdm(batches, desc=desc, disable=not progress, leave=False):
+        x = batch["image"].to(device)
         with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
-            feats = features(backbone, head, images)
+            feats = forward(x)
         scores.append(image_scores(feats).float().cpu().numpy())
         labels.append(batch["label"].numpy())
         if maps:
-            all_maps.append(anomaly_maps(feats, spec.grid, spec.image_size).float().cpu().numpy())
+            all_maps.append(anomaly_maps(feats, grid, size).float().cpu().numpy())
             masks.append(batch["mask"].numpy().astype(bool))
     return {"scores": np.concatenate(scores), "labels": np.concatenate(labels),
             "maps": np.concatenate(all_maps) if maps else None, "masks": np.concatenate(masks) if maps else None}
@@ -106,7 +115,8 @@ def load_run(run, *, checkpoint: str = "auto", device: str = "auto"):
     if not math.isclose(fp, record["backbone_fingerprint"], rel_tol=1e-9, abs_tol=1e-6):
         raise ValueError(f"backbone weights differ from the run's (fingerprint {fp} vs "
                          f"{record['backbone_fingerprint']}): wrong --checkpoint or a changed file")
-    head = make_head(cfg, backbone, text_embeddings(backbone, record["prompts"])).to(dev)
+    head = make_head(cfg, backbone.spec.width, backbone.spec.embed_dim,
+                     text_embeddings(backbone, record["prompts"])).to(dev)
     ckpt = torch.load(path, map_location=dev, weights_only=False)
     try:
         head.load_state_dict(ckpt["head"])

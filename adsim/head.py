@@ -102,6 +102,7 @@ class Features(NamedTuple):
     det_logits: list  # L x (B, N)
     image_logits: torch.Tensor  # (L, B) max over patches of det logits
     var: torch.Tensor           # () sum of VACA variances (0 without VACA)
+    det_raw: list     # L x (B, N, E) unit det features *before* VACA (the variance analysis)
 
 
 class Head(nn.Module):
@@ -147,13 +148,34 @@ def features(backbone: Backbone, head: Head, images: torch.Tensor) -> Features:
             x = 0.8 * x + 0.1 * s_out + 0.1 * d_out
             seg_mid.append(s_mid[:, 1:])
             det_mid.append(d_mid[:, 1:])
+    return _score(head, seg_mid, det_mid)
+
+
+def features_from_tokens(head: Head, tokens: torch.Tensor) -> Features:
+    """The same head on *precomputed* frozen tokens ``tokens: (B, L, N, W)`` (e.g. the feature-level
+    simulator of ``adsim.sim``): each layer's adapters act on that layer's tokens. Without a backbone
+    there are no later blocks for the residual mix ``0.8 x + 0.1 seg + 0.1 det`` to feed, so that mix
+    is dropped; everything after the adapter bottleneck (VACA, scoring, matching, losses) is shared
+    with :func:`features`. Raises ``ValueError`` on a wrong shape or NaN/inf features."""
+    if tokens.ndim != 4 or tokens.shape[1] != head.n_layers:
+        raise ValueError(f"tokens must have shape (B, {head.n_layers}, N, W), got {tuple(tokens.shape)}")
+    seg_mid = [head.seg_adapters[k](tokens[:, k])[0] for k in range(head.n_layers)]
+    det_mid = [head.det_adapters[k](tokens[:, k])[0] for k in range(head.n_layers)]
+    return _score(head, seg_mid, det_mid)
+
+
+def _score(head: Head, seg_mid: list, det_mid: list) -> Features:
+    """Adapter bottlenecks ``L x (B, N, E)`` -> normalisation, VACA, text scoring (float32)."""
+    ref = seg_mid[0]
     text = head.text
     direction = text[1] - text[0]
     seg, det, seg_logits, det_logits = [], [], [], []
-    var = images.new_zeros((), dtype=torch.float32)
-    with torch.autocast(images.device.type, enabled=False):  # scoring and VACA in float32
+    det_raw = []
+    var = ref.new_zeros((), dtype=torch.float32)
+    with torch.autocast(ref.device.type, enabled=False):  # scoring and VACA in float32
         for k in range(head.n_layers):
             ps, pd = _core.normalize(seg_mid[k].float()), _core.normalize(det_mid[k].float())
+            det_raw.append(pd)
             if head.vaca is not None:
                 ps, v_s, _ = head.vaca[k](ps, text)
                 pd, v_d, _ = head.vaca[head.n_layers + k](pd, text)
@@ -165,7 +187,7 @@ def features(backbone: Backbone, head: Head, images: torch.Tensor) -> Features:
         image_logits = torch.stack([z.amax(dim=1) for z in det_logits])
         if not bool(torch.isfinite(image_logits).all() & torch.isfinite(torch.stack(seg_logits)).all()):
             raise ValueError("NaN or inf in the token features (check the input images and the checkpoint)")
-    return Features(seg, det, seg_logits, det_logits, image_logits, var)
+    return Features(seg, det, seg_logits, det_logits, image_logits, var, det_raw)
 
 
 def anomaly_maps(feats: Features, grid: int, size: int) -> torch.Tensor:

@@ -90,10 +90,16 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                         betas=tuple(cfg.betas))
 
 
-def make_head(cfg: TrainConfig, backbone, text) -> Head:
-    return Head(backbone.spec.width, backbone.spec.embed_dim, text, vaca=cfg.vaca, gamma=cfg.gamma,
+def make_head(cfg: TrainConfig, width: int, embed_dim: int, text, n_layers: int = 4) -> Head:
+    """The head a config asks for: ``width`` = token dimension, ``embed_dim`` = text dimension."""
+    return Head(width, embed_dim, text, n_layers=n_layers, vaca=cfg.vaca, gamma=cfg.gamma,
                 matching=cfg.method == "match", metric=cfg.metric, gate_mode=cfg.gate_mode,
                 alpha=cfg.alpha, update=cfg.update)
+
+
+def make_optimizer(cfg: TrainConfig, head: Head) -> torch.optim.Optimizer:
+    """Adam with the reference betas ``(0.5, 0.999)`` on every trainable head parameter."""
+    return torch.optim.Adam(head.parameters(), lr=cfg.lr, betas=cfg.betas)
 
 
 def objective(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
@@ -128,6 +134,35 @@ def objective(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
             + cfg.lambda_intra * parts["intra"] + cfg.lambda_inter * parts["inter"]
             + cfg.lambda_var * parts["var"])
     return loss, {k: torch.as_tensor(v).detach().float() for k, v in parts.items()}
+
+
+def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, grid: int, device, amp, *,
+                desc: str = "epoch", progress: bool = False) -> dict:
+    """One pass over ``batches`` (dicts with ``image``, ``mask``, ``has_mask``, ``label``): forward,
+    :func:`objective`, one backward pass, gradient clipping, optimizer step. ``forward(x) -> Features``
+    is the image path (:func:`adsim.head.features`) or the token path (``features_from_tokens``).
+    Returns ``{"steps": n, loss name: mean over steps}``."""
+    head.train()
+    sums, steps = {}, 0
+    bar = tqdm(batches, desc=desc, disable=not progress, leave=False)
+    for batch in bar:
+        batch = _batch_to(batch, device)
+        with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
+            feats = forward(batch["image"])
+        loss, parts = objective(cfg, head, feats, batch, grid)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()  # the single backward pass of the step
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
+        scaler.step(opt)
+        scaler.update()
+        parts["loss"] = loss.detach()
+        for k, v in parts.items():
+            sums[k] = sums.get(k, 0.0) + v
+        steps += 1
+        if progress and steps % 10 == 1:  # a host sync, so not every step
+            bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
+    return {"steps": steps, **{k: float(v) / max(steps, 1) for k, v in sums.items()}}
 
 
 def _seed_everything(seed: int) -> None:
@@ -172,8 +207,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> P
                               quick_gelu=cfg.quick_gelu, seed=cfg.seed, device=device)
     spec = backbone.spec
     prompts = prompt_ensemble()
-    head = make_head(cfg, backbone, text_embeddings(backbone, prompts)).to(device)
-    opt = torch.optim.Adam(head.parameters(), lr=cfg.lr, betas=cfg.betas)
+    head = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(backbone, prompts)).to(device)
+    opt = make_optimizer(cfg, head)
     scaler = torch.amp.GradScaler(device.type, enabled=amp is torch.float16)
 
     samples = [s for d in cfg.train_domains for sp in cfg.train_splits for s in D.list_split(cfg.data, d, sp)]
@@ -201,27 +236,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> P
         gen = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
         loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, generator=gen,
                                              num_workers=cfg.num_workers, pin_memory=device.type == "cuda")
-        head.train()
-        sums, steps = {}, 0
-        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress, leave=False)
-        for batch in bar:
-            batch = _batch_to(batch, device)
-            with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
-                feats = features(backbone, head, batch["image"])
-            loss, parts = objective(cfg, head, feats, batch, spec.grid)
-            opt.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()  # the single backward pass of the step
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
-            scaler.step(opt)
-            scaler.update()
-            parts["loss"] = loss.detach()
-            for k, v in parts.items():
-                sums[k] = sums.get(k, 0.0) + v
-            steps += 1
-            if steps % 10 == 1:  # a host sync, so not every step
-                bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
-        entry = {"epoch": epoch, "steps": steps, **{k: float(v) / steps for k, v in sums.items()}}
+        entry = {"epoch": epoch, **train_epoch(cfg, head, opt, scaler, loader,
+                                                lambda x: features(backbone, head, x), spec.grid, device, amp,
+                                                desc=f"epoch {epoch + 1}/{cfg.epochs}", progress=progress)}
         if selection:
             entry["selection_score"] = selection_score(backbone, head, selection, cfg, device)
             if best is None or entry["selection_score"] > best["score"]:

@@ -1,0 +1,160 @@
+"""Domain-addition protocol: CSVs, DA = Eq. 15, resume, orders, bad input, real-data path, figures, sweep."""
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from adsim import protocol as P
+from adsim import sim as S
+from adsim import sources
+from adsim.__main__ import main
+from adsim.sweep import sweep
+from poolsim import da_score
+
+pytestmark = pytest.mark.filterwarnings("ignore::adsim.backbone.RandomWeightsWarning")
+# a small simulated world and one pass per step: the tests check plumbing, not detection quality
+SMALL = ["--sim", "n_train=6", "n_test=8", "n_layers=2", "--epochs", "1", "--batch-size", "16"]
+KEYS = ["target", "task", "method", "order", "mode", "seed"]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("proto") / "run"
+    argv = ["protocol", "--simulate", "--quick", "--targets", "Brain", "Chest", "--methods", "naive",
+            "match-geodesic-vaca", "--out", str(out), "--no-progress", *SMALL]
+    assert main(argv) == 0
+    return out, argv
+
+
+def test_quick_protocol_csvs_are_well_formed(quick_run):
+    out, _ = quick_run
+    proto, da = pd.read_csv(out / "protocol.csv"), pd.read_csv(out / "da.csv")
+    assert list(proto.columns) == [*KEYS, "step", "added", "auc", "data"]
+    # Brain: AC + AS, Chest: AC only; 2 methods x 3 orders x 5 steps, 1 seed (--quick)
+    assert len(proto) == (2 + 1) * 2 * 3 * 5 and set(proto["seed"]) == {0}
+    assert set(proto[proto["target"] == "Chest"]["task"]) == {"AC"}
+    assert proto["auc"].between(0, 100).all() and set(proto["data"]) == {"simulated"}
+    sim = pd.read_csv(out / "similarity.csv")
+    s = sim.set_index(["domain_a", "domain_b"])["cosine"]
+    for (t, m, o), g in proto[proto["task"] == "AC"].groupby(["target", "method", "order"]):
+        added = list(g.sort_values("step")["added"])
+        assert sorted(added) == sorted(d for d in P.D.DOMAINS if d != t)  # leave-one-out, each once
+        sims = [s[(t, d)] for d in added]
+        if o == "hardest":  # closest (highest measured similarity) first
+            assert sims == sorted(sims, reverse=True)
+        if o == "reverse":
+            assert sims == sorted(sims)
+    # cumulative: the last step trains on the same pooled set for every order -> the same model
+    last = proto[proto["step"] == 5].groupby(["target", "task", "method"])["auc"].nunique()
+    assert (last == 1).all()
+    assert len(pd.read_csv(out / "variance.csv")) > 0
+
+
+def test_da_equals_eq15_on_the_auc_rows(quick_run):
+    out, _ = quick_run
+    proto, da = pd.read_csv(out / "protocol.csv"), pd.read_csv(out / "da.csv")
+    assert len(da) == 3 * 2 * 3 and list(da.columns) == [*KEYS, "data", "steps", "da"]
+    s = np.array([0.1, 0.2, 0.3, 0.4])  # the paper's weights (Eq. 15)
+    for _, row in da.iterrows():
+        g = proto[(proto[KEYS] == row[KEYS]).all(axis=1)].sort_values("step")
+        y = g["auc"].to_numpy()
+        assert row["da"] == pytest.approx(da_score(y), abs=1e-12)
+        # Eq. 15 written out by hand, independently of poolsim.da_score
+        hand = sum((1 + (y[i + 1] - y[i]) / 10 * s[i]) if y[i + 1] >= y[i] else 0.0 for i in range(4))
+        assert row["da"] == pytest.approx(hand, abs=1e-9)
+
+
+def test_resume_recomputes_only_deleted_cells(quick_run, tmp_path):
+    out0, argv = quick_run
+    out = tmp_path / "copy"
+    shutil.copytree(out0, out)
+    before = pd.read_csv(out / "protocol.csv")
+    cells = sorted((out / "cells").glob("*.json"))
+    deleted = {c.name for c in cells[::2]}
+    for c in cells[::2]:
+        c.unlink()
+    params = S.validate(S.SimParams(n_train=6, n_test=8, n_layers=2))
+    settings = P.Settings(data="simulated", sim=params._asdict(), epochs=1, batch_size=16, lr=3e-3)
+    res = P.run(out, lambda s: sources.simulated(params, s), settings, targets=["Brain", "Chest"],
+                methods=["naive", "match-geodesic-vaca"], seeds=1, progress=False)
+    assert set(res["computed"]) == deleted and len(res["skipped"]) == len(cells) - len(deleted)
+    after = pd.read_csv(out / "protocol.csv")
+    pd.testing.assert_frame_equal(before.sort_values([*KEYS, "step"]).reset_index(drop=True),
+                                  after.sort_values([*KEYS, "step"]).reset_index(drop=True))
+    # a rerun computes nothing; other settings are refused
+    assert P.run(out, lambda s: sources.simulated(params, s), settings, targets=["Brain", "Chest"],
+                 methods=["naive", "match-geodesic-vaca"], seeds=1, progress=False)["computed"] == []
+    with pytest.raises(ValueError, match="other settings"):
+        P.run(out, lambda s: None, settings._replace(lr=0.5), targets=["Brain"], methods=["naive"], seeds=1)
+
+
+def test_sequential_mode_runs(tmp_path):
+    out = tmp_path / "seq"
+    assert main(["protocol", "--simulate", "--quick", "--targets", "Liver", "--methods", "match-geodesic",
+                 "--orders", "random", "--mode", "sequential", "--out", str(out), "--no-progress", *SMALL]) == 0
+    proto = pd.read_csv(out / "protocol.csv")
+    assert set(proto["mode"]) == {"sequential"} and len(proto) == 2 * 5
+
+
+@pytest.mark.parametrize("extra, msg", [(["--targets", "Knee"], "unknown domain"),
+                                        (["--methods", "magic"], "unknown method"),
+                                        (["--orders", "easiest"], "unknown order"),
+                                        (["--mode", "parallel"], "unknown mode"),
+                                        (["--targets", "Chest", "--tasks", "AS"], "no pixel masks"),
+                                        (["--sim", "shared=2"], "shared"),
+                                        (["--seeds", "0"], "seeds")])
+def test_bad_input_one_line_error_no_csv(tmp_path, capsys, extra, msg):
+    out = tmp_path / "bad"
+    assert main(["protocol", "--simulate", "--quick", "--out", str(out), "--no-progress", *SMALL, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and msg in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_real_path_on_toy_bmad(toy_root, tmp_path, capsys):
+    data = tmp_path / "bmad"
+    for d in ("Brain", "Liver", "Chest"):
+        shutil.copytree(toy_root / f"{d}_AD", data / f"{d}_AD")
+    out = tmp_path / "real"
+    assert main(["protocol", "--data", str(data), "--backbone", "tiny", "--targets", "Brain", "--methods",
+                 "naive", "match-geodesic-vaca", "--orders", "hardest", "--seeds", "1", "--epochs", "1",
+                 "--out", str(out), "--no-progress"]) == 0
+    proto = pd.read_csv(out / "protocol.csv")
+    assert set(proto["data"]) == {"real"} and set(proto["task"]) == {"AC", "AS"}
+    assert len(proto) == 2 * 2 * 2  # tasks x methods x steps (two training domains)
+    assert set(pd.read_csv(out / "similarity.csv")["domain_a"]) == {"Brain", "Liver", "Chest"}
+    # DA with two steps: da_score's generalised weights (s = (1,)), recomputed here
+    da = pd.read_csv(out / "da.csv")
+    for _, row in da.iterrows():
+        y = proto[(proto[KEYS] == row[KEYS]).all(axis=1)].sort_values("step")["auc"].to_numpy()
+        assert row["da"] == pytest.approx((1 + (y[1] - y[0]) / 10) if y[1] >= y[0] else 0.0)
+    # fewer than two modalities, and a masked target whose masks are missing
+    one = tmp_path / "one"
+    shutil.copytree(toy_root / "Brain_AD", one / "Brain_AD")
+    assert main(["protocol", "--data", str(one), "--backbone", "tiny", "--out", str(tmp_path / "o1")]) == 2
+    assert "at least two modalities" in capsys.readouterr().err
+    shutil.rmtree(data / "Brain_AD" / "test" / "Ungood" / "anomaly_mask")
+    assert main(["protocol", "--data", str(data), "--backbone", "tiny", "--out", str(tmp_path / "o2")]) == 2
+    assert "missing folder" in capsys.readouterr().err and not (tmp_path / "o2").exists()
+
+
+def test_figures_and_table(quick_run, tmp_path):
+    out, _ = quick_run
+    figs = tmp_path / "figs"
+    assert main(["figures", "--from", str(out), "--out", str(figs)]) == 0
+    names = {p.name for p in figs.iterdir()}
+    assert {"ad_final.png", "ad_ablation.png", "ad_modality_gap.png", "ad_variance.png", "ad_table.md"} <= names
+    md = (figs / "ad_table.md").read_text()
+    assert "this run, simulated" in md and "paper, real BMAD" in md
+    assert "| Brain | AS | match-geodesic-vaca |" in md and "| 90.29 | 4.048 |" in md  # Table 1 / caption
+    assert main(["figures", "--from", str(tmp_path), "--out", str(figs)]) == 2
+
+
+def test_sweep_one_parameter(tmp_path):
+    base = S.validate(S.SimParams(n_train=4, n_test=6, n_layers=1))
+    st = P.Settings(data="simulated", sim=base._asdict(), epochs=1, batch_size=16, lr=3e-3)
+    table = sweep(tmp_path / "sw", base, st, methods=("naive",), grid={"shared": (0.0, 0.5)}, progress=False)
+    assert set(table["value"]) == {0.0, 0.5} and len(table) == 2 * 9  # 6 targets, 3 with AS
+    assert (tmp_path / "sw" / "default" / "protocol.csv").exists()  # shared=0.5 is the default
+    assert (tmp_path / "sw" / "shared=0.0" / "protocol.csv").exists()

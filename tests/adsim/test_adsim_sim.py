@@ -1,0 +1,94 @@
+"""The feature-level simulator: Table 4 as a Gram matrix, reproduced similarities, masks, validation,
+and the head running on simulated tokens."""
+import numpy as np
+import pytest
+import torch
+
+from adsim import reference as R
+from adsim import sim as S
+from adsim.data import DOMAINS, MASKED
+from adsim.head import Head, features_from_tokens
+
+
+def test_table4_is_a_gram_matrix_and_projection_of_a_non_psd_one():
+    # Table 4 read as mean pairwise cosines is the Gram matrix of the domain means: it must be PSD.
+    g, info = S.check_gram(R.TABLE4)
+    assert not info["psd_projected"] and min(np.linalg.eigvalsh(R.TABLE4)) > 0.02
+    np.testing.assert_array_equal(g, R.TABLE4)
+    # so is the unit-diagonal correlation matrix of the normalised centroids
+    d = np.sqrt(np.diag(R.TABLE4))
+    assert min(np.linalg.eigvalsh(R.TABLE4 / np.outer(d, d))) > 0
+    # a matrix that is not PSD (three vectors cannot pairwise have these cosines) is projected
+    bad = np.array([[1.0, 0.9, -0.9], [0.9, 1.0, 0.9], [-0.9, 0.9, 1.0]])
+    assert min(np.linalg.eigvalsh(bad)) < 0
+    fixed, info = S.check_gram(bad)
+    assert info["psd_projected"] and min(np.linalg.eigvalsh(fixed)) > -1e-12
+    np.testing.assert_allclose(np.diag(fixed), np.diag(bad))
+
+
+def test_simulated_similarities_reproduce_table4():
+    # Without patch noise and lesions the image feature is g itself, whose mean pairwise cosines have
+    # expectation exactly Table 4 (construction in adsim.sim). Tolerance: 4 standard errors of the mean
+    # over seeds, computed from the seeds' spread (plus 1e-3 so an accidentally tiny spread cannot fail).
+    p = S.SimParams(n_train=60, n_test=60, patch_cos=1.0, anomaly_shift=0.0, n_layers=1, grid=2)
+    mats = []
+    for seed in range(5):
+        data = S.simulate(p, seed)
+        feats = {d: S.image_features(torch.cat([data.train[d].tokens, data.test[d].tokens])) for d in DOMAINS}
+        mats.append(S.similarity(feats)[1])
+    mats = np.stack(mats)
+    se = mats.std(0, ddof=1) / np.sqrt(len(mats))
+    assert np.all(np.abs(mats.mean(0) - R.table4(DOMAINS)) < 4 * se + 1e-3)
+
+
+def test_simulated_splits_masks_and_lesion_shift():
+    p = S.SimParams(n_train=6, n_test=5)
+    data = S.simulate(p, 3)
+    for d in DOMAINS:
+        sp = data.train[d]
+        assert sp.tokens.shape == (12, p.n_layers, p.grid ** 2, p.width)
+        torch.testing.assert_close(sp.tokens.norm(dim=-1), torch.ones(12, p.n_layers, p.grid ** 2))
+        anom = sp.labels == 1
+        assert sp.has_mask[~anom].eq(1).all()
+        if d in MASKED:  # every anomalous image has a non-empty lesion mask, normal ones none
+            assert sp.has_mask[anom].eq(1).all() and (sp.masks[anom].sum((1, 2)) >= 1).all()
+        else:  # no masks for the AC-only modalities, as in BMAD
+            assert sp.has_mask[anom].eq(0).all() and sp.masks.sum() == 0
+        assert sp.masks[~anom].sum() == 0
+    assert data.text.shape == (2, p.embed_dim)
+    assert float(data.text[0] @ data.text[1]) == pytest.approx(p.text_cos, abs=1e-5)
+    # same seed -> same data; another seed -> other data
+    torch.testing.assert_close(S.simulate(p, 3).train["Brain"].tokens, data.train["Brain"].tokens)
+    assert not torch.equal(S.simulate(p, 4).train["Brain"].tokens, data.train["Brain"].tokens)
+
+
+def test_lesion_patches_move_along_the_anomaly_direction():
+    # the class channels (0..class_channels-1) of lesion patches gain energy; normal patches' do not
+    p = S.SimParams(n_train=20, n_test=2, anomaly_shift=0.6)
+    sp = S.simulate(p, 0).train["Brain"]
+    c = p.class_channels
+    energy = (sp.tokens[:, 0, :, :c] ** 2).sum(-1)  # (n, N)
+    lesion = sp.masks.flatten(1).bool()
+    assert energy[lesion].mean() > 2 * energy[~lesion].mean()
+
+
+@pytest.mark.parametrize("kw, msg", [({"shared": 1.5}, "shared"), ({"n_train": 0}, "n_train"),
+                                     ({"class_channels": 4}, "class_channels"),
+                                     ({"lesion_radius": (2, 1)}, "lesion_radius"),
+                                     ({"width": 10, "class_channels": 8}, "modality channels")])
+def test_simulator_bad_parameters(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        S.simulate(S.SimParams(**kw), 0)
+
+
+def test_head_on_simulated_tokens_shapes_and_gradients():
+    p = S.SimParams(n_train=2, n_test=2)
+    data = S.simulate(p, 0)
+    torch.manual_seed(0)
+    head = Head(p.width, p.embed_dim, data.text, n_layers=p.n_layers)
+    f = features_from_tokens(head, data.train["Liver"].tokens)
+    assert f.image_logits.shape == (p.n_layers, 4) and f.seg[0].shape == (4, p.grid ** 2, p.embed_dim)
+    (f.image_logits.sum() + f.var).backward()
+    assert all(a.down.weight.grad is not None for a in head.det_adapters)
+    with pytest.raises(ValueError, match="tokens must have shape"):
+        features_from_tokens(head, data.train["Liver"].tokens[:, :2])
