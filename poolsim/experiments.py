@@ -39,7 +39,7 @@ class Experiment(NamedTuple):
 
 
 COMMON = dict(sigma=0.8, d=2, mu_star=0.0, metric="l2", init="median", tol=1e-4, max_iter=100,
-              m_frac=0.5, n_sub=10, materialize=True, dtype="float32", chunk=8192, metadist=None)
+              m_frac=0.5, n_sub=10, materialize=True, dtype="float32", chunk=2048, metadist=None)
 
 EXPERIMENTS = {
     "asymptotic": Experiment(
