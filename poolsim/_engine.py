@@ -241,15 +241,17 @@ def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: in
     """Run ``spec`` for every seed in ``seeds`` (int array). Seed s uses ``jax.random.key(s)``, so a
     seed's result does not depend on the other seeds, the chunking or the sharding.
 
-    Seeds are processed in equal chunks of at most ``chunk`` (the last one padded, so one trace
-    serves all; small chunks stay in cache: ~2k seeds was fastest on a 2-core CPU);
+    Seeds are processed in chunks of ``chunk`` (the last one padded, so one trace serves all;
+    ~2k seeds per chunk was fastest on a 2-core CPU, larger ones fall out of cache);
     with several devices each chunk is sharded over them (chunk rounded up to a multiple of the
     device count). Returns a :class:`SeedResult` of NumPy arrays with leading axis ``len(seeds)``.
     """
     seeds = np.asarray(seeds, dtype=np.int64)
     S = len(seeds)
     ndev = len(jax.devices()) if shard else 1
-    chunk = -(-S // -(-S // chunk))  # equal chunks of at most `chunk`: little padding
+    # Fewer seeds than `chunk`: round up to a power of two, so runs of similar size share one
+    # compiled shape; the last chunk is padded.
+    chunk = min(chunk, 1 << (S - 1).bit_length())
     chunk = -(-chunk // ndev) * ndev
     ctx = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
     parts = []
