@@ -50,10 +50,14 @@ def integer(name: str, value: Any, lo: int, hi: float = math.inf) -> int:
     return int(value)
 
 
+def to_numpy(a: Any) -> np.ndarray:
+    """A host NumPy view of a NumPy/JAX array or a torch tensor (detached, on the CPU)."""
+    return np.asarray(a.detach().cpu() if hasattr(a, "detach") else a)
+
+
 def finite(name: str, x: Any) -> None:
     """No NaN or inf anywhere in ``x`` (skipped for tracers)."""
     if is_tracer(x):
         return
-    arr = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x)
-    if not np.all(np.isfinite(arr)):
+    if not np.all(np.isfinite(to_numpy(x))):
         raise ValueError(f"{name} contains NaN or inf; all values must be finite")

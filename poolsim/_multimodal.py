@@ -12,7 +12,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _checks, _core
-from ._strategies import LEVELS, _domain_means, _domains, _like, _to_numpy, as_key
+from ._checks import to_numpy
+from ._strategies import LEVELS, _domain_means, _domains, _like, as_key
 
 INITS = ("kmeans++", "kmeans++median")
 
@@ -38,7 +39,7 @@ class MultiMatched(NamedTuple):
 
 
 def _taus(taus: Any) -> np.ndarray:
-    t = np.atleast_1d(np.asarray(_to_numpy(taus), dtype=float))
+    t = np.atleast_1d(np.asarray(to_numpy(taus), dtype=float))
     if t.ndim != 1:
         raise ValueError(f"taus must be a 1-D sequence of M radii, got shape {t.shape}")
     if t.size == 0:
@@ -115,14 +116,14 @@ def match_multimodal(X: Any, taus: Any, *, init: Any, metric: str = "l2", level:
         _checks.choice("init", init, INITS)
         if key is None:
             raise ValueError(f"init={init!r} needs key (an int seed or a JAX key)")
-        host = _to_numpy(points)
+        host = to_numpy(points)
         if metric != "l2":
-            host = _to_numpy(_core.normalize(points))
-        C = _like(X, kmeanspp_init(host, _to_numpy(mass), M, key))
+            host = to_numpy(_core.normalize(points))
+        C = _like(X, kmeanspp_init(host, to_numpy(mass), M, key))
         if init == "kmeans++median":
             C = _median_refine(points, mass, C, metric)
     else:
-        c0 = np.asarray(_to_numpy(init), dtype=float)
+        c0 = np.asarray(to_numpy(init), dtype=float)
         if c0.ndim != 2:
             raise ValueError(f"init must be 'kmeans++' or an array of shape (M, d), got shape "
                              f"{c0.shape}")

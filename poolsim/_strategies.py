@@ -77,7 +77,7 @@ def _domains(X: Any, counts: Any = None):
     elif _checks.is_tracer(counts):
         cnt = xp.astype(counts, X.dtype)
     else:
-        c = _to_numpy(counts)
+        c = _checks.to_numpy(counts)
         if c.shape != (K,):
             raise ValueError(f"counts must have shape (K,) = ({K},), got {c.shape}")
         if not np.all(np.isfinite(c)) or np.any(c != np.round(c)) or c.min() < 1 or c.max() > N:
@@ -85,10 +85,6 @@ def _domains(X: Any, counts: Any = None):
         cnt = _like(X, c.astype(float))
     valid = xp.astype(steps[None, :] < cnt[:, None], X.dtype)
     return X, valid, cnt, xp
-
-
-def _to_numpy(a: Any) -> np.ndarray:
-    return np.asarray(a.detach().cpu() if hasattr(a, "detach") else a)
 
 
 def _like(X: Any, a: Any):
@@ -167,7 +163,7 @@ def subsample(key: Any, X: Any, m: int, n: int, counts: Any = None) -> Subsample
     import jax.numpy as jnp
 
     jax_input = _core.is_jax_namespace(xp)
-    domains, idx = subsample_indices(key, cnt if jax_input else jnp.asarray(_to_numpy(cnt)), m, n)
+    domains, idx = subsample_indices(key, cnt if jax_input else jnp.asarray(_checks.to_numpy(cnt)), m, n)
     flat_idx = jnp.reshape(domains[:, None] * N + idx, (-1,))
     if not jax_input:
         domains, idx, flat_idx = (_like(X, np.asarray(a, dtype=np.int64)) for a in (domains, idx, flat_idx))
@@ -207,7 +203,7 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
         else:
             c0 = naive_pool(X, counts).mean
     else:
-        c0 = init if _same_library(init, X) else _like(X, np.asarray(_to_numpy(init), dtype=float))
+        c0 = init if _same_library(init, X) else _like(X, np.asarray(_checks.to_numpy(init), dtype=float))
         if tuple(c0.shape) != (d,):
             raise ValueError(f"init must be 'median', 'mean' or a vector of shape (d,) = ({d},), "
                              f"got shape {tuple(c0.shape)}")
