@@ -116,12 +116,17 @@ def run(args) -> str:
         t = _time(_step_fn(backbone, base._replace(method="naive", vaca=False), text, eb, device, amp, "bare"),
                   device, **kw)
         add(f"bare adapter step (B={extra})", t, extra)
-    t_naive = _time(_step_fn(backbone, base._replace(method="naive", vaca=False), text, batch, device, amp, "full"),
-                    device, **kw)
-    add(f"naive-pooling step (B={b})", t_naive, b)
-    t_match = _time(_step_fn(backbone, base._replace(method="match", vaca=True, gate_mode="batched"), text, batch,
-                             device, amp, "full"), device, **kw)
-    add(f"matching+VACA step, batched gate (B={b})", t_match, b)
+    t_naive = t_match = None
+    for bb in args.batch_sizes:  # the batch sizes: every step kind at each
+        eb = batch if bb == b else _batch(spec, bb, device, gen)
+        tn = _time(_step_fn(backbone, base._replace(method="naive", vaca=False), text, eb, device, amp, "full"),
+                   device, **kw)
+        add(f"naive-pooling step (B={bb})", tn, bb)
+        tm = _time(_step_fn(backbone, base._replace(method="match", vaca=True, gate_mode="batched"), text, eb,
+                            device, amp, "full"), device, **kw)
+        add(f"matching+VACA step, batched gate (B={bb})", tm, bb)
+        if bb == b:
+            t_naive, t_match = tn, tm
 
     # gates alone on one batch's patch features (B * N of them) and image features (B)
     n = b * spec.grid ** 2
@@ -173,7 +178,8 @@ def main(argv=None) -> int:
     p.add_argument("--tiny", action="store_true", help="tiny backbone: a smoke run of the code path")
     p.add_argument("--backbone", default="ViT-L-14-336")
     p.add_argument("--image-size", type=int, default=None, help="default: the backbone's (238 for ViT-L-14-336)")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=16, help="batch of the frozen/bare steps, gates and targets")
+    p.add_argument("--batch-sizes", type=int, nargs="*", default=[16, 32], help="batches of the naive/matching steps")
     p.add_argument("--sweep", type=int, nargs="*", default=[1, 32], help="extra batch sizes for the bare step")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
@@ -190,6 +196,9 @@ def main(argv=None) -> int:
         return 1
     if args.tiny and args.device == "cpu":
         args.sweep = [s for s in args.sweep if s <= 4] or []
+        args.batch_sizes = [s for s in args.batch_sizes if s <= 4] or [args.batch_size]
+    if args.batch_size not in args.batch_sizes:
+        args.batch_sizes = [args.batch_size, *args.batch_sizes]
     table = run(args)
     print(table)
     if not args.no_write:
