@@ -22,12 +22,32 @@ Two gate modes:
 All decisions are 0/1 float weights (no boolean indexing, no host syncs); the returned centroids carry
 gradients through the matched features so that ``L_intra``/``L_inter`` train the adapters, while the
 stored state is detached.
+
+Exact and fast: :func:`match_sequential` takes Algorithm 1's decisions in one compiled, no-grad
+``jax.lax.scan`` over the features (the body is ``_gate`` and ``_core.ema_update``, the same code as
+the literal loop; ~``n * 2d`` flops) and then rebuilds each centroid's EMA trajectory in torch as one
+weighted sum of the matched features, ``c_n = W_0 c_0 + sum_j W_j f_j``, with the per-step
+normalisers ``r_j = ||alpha c_{j-1} + (1 - alpha) f_j||`` taken from the scan. Its decisions are the
+literal loop's (same formulas in float32; only an exact floating-point tie could differ) and its
+centroids agree to ~1e-6. **Gradient:** the normalisers are held constant, so ``dc/df_j = W_j``
+(followed by the Jacobian of one final renormalisation) instead of the literal loop's product of
+per-step projections ``(I - c c^T) / r``; it is exactly the gradient of the literal loop with every
+``r_j`` detached (tested). ``CentroidBank(mode="sequential")`` uses it for ``update="ema"``; slerp has
+no weighted-sum form and runs the literal loop. ``match(..., mode="sequential")`` stays the literal
+loop, the oracle of the tests.
+
+The batched gate is an *approximation* of Algorithm 1 (decisions against the batch-start centroids).
+Measured with ``python benchmarks/adsim_gate.py`` on one 32-image toy batch (tiny backbone, random
+weights, 64 patches per image): DISAGREE_NOTE
 """
 from __future__ import annotations
 
+import math
+import os
 from functools import partial
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from poolsim import _core
@@ -59,15 +79,20 @@ def _move(c, f, alpha, update):
 
 
 def _gate(f, c_pos, c_neg, init_pos, init_neg, metric):
-    """0/1 ``(accept_as_normal_if_normal, accept_as_anomaly_if_anomaly)`` for ``f: (..., d)``."""
+    """0/1 ``(accept_as_normal_if_normal, accept_as_anomaly_if_anomaly)`` for ``f: (..., d)``.
+
+    Array-API code: the same function runs on torch (literal loop, batched gate) and inside the
+    compiled ``jax.lax.scan`` of :func:`match_sequential`.
+    """
+    xp = _core.namespace(f, c_pos, c_neg)
     d_pos = _core.distance(f, c_pos, metric)
     d_neg = _core.distance(f, c_neg, metric)
-    inf = torch.full_like(d_pos, float("inf"))
-    d_pos_eff = torch.where(init_pos > 0, d_pos, inf)   # uninitialised centroid: infinitely far
-    d_neg_eff = torch.where(init_neg > 0, d_neg, inf)
+    inf = xp.full_like(d_pos, float("inf"))
+    d_pos_eff = xp.where(init_pos > 0, d_pos, inf)   # uninitialised centroid: infinitely far
+    d_neg_eff = xp.where(init_neg > 0, d_neg, inf)
     # own centroid strictly closer (d_own = tau = min(d+, d-) < d_other); own uninitialised: accept
-    ok_pos = torch.where(init_pos > 0, _core.gate(d_pos, d_neg_eff), torch.ones_like(d_pos))
-    ok_neg = torch.where(init_neg > 0, _core.gate(d_neg, d_pos_eff), torch.ones_like(d_neg))
+    ok_pos = xp.where(init_pos > 0, _core.gate(d_pos, d_neg_eff), xp.ones_like(d_pos))
+    ok_neg = xp.where(init_neg > 0, _core.gate(d_neg, d_pos_eff), xp.ones_like(d_neg))
     return ok_pos, ok_neg
 
 
@@ -106,12 +131,131 @@ def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geode
     return Matched(c_pos, c_neg, torch.stack(acc_pos), torch.stack(acc_neg), init_pos, init_neg)
 
 
+def _scan_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric: str, alpha: float):
+    """Algorithm 1's decisions for ``S`` slots at once (jax.numpy; compiled by :func:`_compiled_scan`).
+
+    ``f: (S, n, d)`` unit features, ``is_pos, is_neg: (n,)`` 0/1, ``c_*: (S, d)``, ``init_*: (S,)``.
+    Returns ``(acc_pos, acc_neg, r_pos, r_neg)``, each ``(S, n)``: the 0/1 decisions and, per step, the
+    norm ``r = ||alpha c + (1 - alpha) f||`` that the EMA divides by (0 where the EMA would be 0/0 and
+    leaves ``c`` unchanged, the antipodal case of ``_core.ema_update``).
+    """
+    import jax.numpy as jnp
+    from jax import lax
+
+    def body(carry, x):
+        cp, cn, ip, in_ = carry
+        fj, pj, nj = x
+        ok_pos, ok_neg = _gate(fj, cp, cn, ip, in_, metric)
+        out = [ok_pos * pj, ok_neg * nj]
+        moved = []
+        for c, a in ((cp, out[0]), (cn, out[1])):
+            r = _core.safe_norm(_core.ema_update(c, fj, alpha, renormalize=False))
+            moved.append(jnp.where(a[:, None] > 0, _core.ema_update(c, fj, alpha), c))
+            out.append(a * r)
+        carry = (moved[0], moved[1], jnp.maximum(ip, out[0]), jnp.maximum(in_, out[1]))
+        return carry, tuple(out)
+
+    _, (acc_pos, acc_neg, r_pos, r_neg) = lax.scan(body, (c_pos, c_neg, init_pos, init_neg),
+                                                   (jnp.swapaxes(f, 0, 1), is_pos, is_neg))
+    return tuple(jnp.swapaxes(t, 0, 1) for t in (acc_pos, acc_neg, r_pos, r_neg))
+
+
+_SCANS: dict = {}
+
+
+def _compiled_scan(metric: str, alpha: float):
+    """``jax.jit`` of :func:`_scan_decisions` for one (metric, alpha); recompiles per input shape."""
+    key = (metric, float(alpha))
+    if key not in _SCANS:
+        # JAX would otherwise reserve most of a GPU's memory that torch shares (read at backend start)
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        import jax
+
+        _SCANS[key] = jax.jit(partial(_scan_decisions, metric=metric, alpha=float(alpha)))
+    return _SCANS[key]
+
+
+def _to_jax(t: torch.Tensor):
+    """A float32 torch tensor as a JAX array on the same kind of device (zero-copy through DLPack when
+    JAX has that device, through host memory otherwise)."""
+    import jax
+
+    t = t.detach().contiguous()
+    if t.device.type != "cpu" and any(d.platform == "gpu" for d in jax.devices()):
+        return jax.dlpack.from_dlpack(t)
+    return jax.numpy.asarray(t.cpu().numpy())
+
+
+def _to_torch(a, device) -> torch.Tensor:
+    if device.type != "cpu" and getattr(a, "devices", None) and next(iter(a.devices())).platform == "gpu":
+        return torch.from_dlpack(a)
+    return torch.from_numpy(np.asarray(a).copy()).to(device)
+
+
+def ema_trajectory(f, c0, moved, r, alpha: float):
+    """Centroids after the EMA steps of Algorithm 1 as one weighted sum, ``(S, d)``.
+
+    ``f: (S, n, d)`` unit features, ``c0: (S, d)`` start centroids, ``moved: (S, n)`` 0/1 (feature
+    ``j`` moved the centroid), ``r: (S, n)`` the normaliser of each step (ignored where not moved).
+    Unrolling ``c_j = (alpha c_{j-1} + (1 - alpha) f_j) / r_j``:
+    ``c_n = prod_k (alpha / r_k) c_0 + sum_j (1 - alpha) / r_j prod_{k > j} (alpha / r_k) f_j``
+    (products over moved steps). The products are sums of logs taken from the end (so the recent
+    steps, which carry the weight, are summed without cancellation) and the result is renormalised
+    once, which changes the value only by rounding. Gradients reach ``f`` and ``c0`` with ``r`` held
+    constant (see the module docstring).
+    """
+    moved = moved.to(f.dtype)
+    r = torch.where(moved > 0, r.to(f.dtype), torch.ones_like(r, dtype=f.dtype))
+    log_step = moved * (math.log(alpha) - torch.log(r))          # log(alpha / r_k) on moved steps
+    after = torch.flip(torch.cumsum(torch.flip(log_step, (-1,)), -1), (-1,)) - log_step  # sum_{k > j}
+    w = moved * (1.0 - alpha) / r * torch.exp(after)
+    w0 = torch.exp(log_step.sum(-1))
+    c = w0[..., None] * c0 + torch.einsum("sn,snd->sd", w, f)
+    any_moved = moved.amax(-1, keepdim=True) > 0
+    return torch.where(any_moved, _core.normalize(c), c0)
+
+
+def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
+                     alpha: float = 0.5, update: str = "ema") -> Matched:
+    """Algorithm 1's sequential gate, exact and fast, for ``S`` slots at once.
+
+    ``f: (S, n, d)`` features (normalised here), ``y, valid: (n,)`` shared by the slots,
+    ``c_pos, c_neg: (S, d)``, ``init_pos, init_neg: (S,)``. Returns :class:`Matched` with a leading
+    slot axis; same decisions as ``match(..., mode="sequential")`` slot by slot, centroids equal up
+    to rounding, gradients with the EMA normalisers held constant. EMA only: slerp raises
+    ``ValueError`` (use the literal loop, ``match(..., mode="sequential", update="slerp")``).
+    """
+    _validate(metric, "sequential", update)
+    if update != "ema":
+        raise ValueError(f"the fast sequential gate supports update='ema' only (slerp has no weighted-sum "
+                         f"form), got {update!r}; use match(..., mode='sequential') for the literal loop")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"EMA factor alpha must be in (0, 1), got {alpha!r}")
+    if f.ndim != 3 or c_pos.shape != (f.shape[0], f.shape[2]) or y.shape != (f.shape[1],):
+        raise ValueError(f"match_sequential wants f (S, n, d), c (S, d), y (n,); got f {tuple(f.shape)}, "
+                         f"c {tuple(c_pos.shape)}, y {tuple(y.shape)}")
+    f = _core.normalize(f.float())
+    y, valid = y.to(f.dtype), valid.to(f.dtype)
+    is_pos, is_neg = (1.0 - y) * valid, y * valid
+    state = [t.to(f.dtype) for t in (c_pos, c_neg, init_pos, init_neg)]
+    with torch.no_grad():
+        args = [_to_jax(t) for t in (f, is_pos, is_neg, *state)]
+        acc_pos, acc_neg, r_pos, r_neg = (_to_torch(a, f.device) for a in _compiled_scan(metric, alpha)(*args))
+    c_pos = ema_trajectory(f, state[0], acc_pos * (r_pos > 0), r_pos, alpha)
+    c_neg = ema_trajectory(f, state[1], acc_neg * (r_neg > 0), r_neg, alpha)
+    init_pos = torch.maximum(state[2], acc_pos.amax(-1))
+    init_neg = torch.maximum(state[3], acc_neg.amax(-1))
+    return Matched(c_pos, c_neg, acc_pos, acc_neg, init_pos, init_neg)
+
+
 class CentroidBank(torch.nn.Module):
     """Centroid state for ``n_slots`` (layer, task) pairs, stored as buffers so it is checkpointed.
 
     ``step(start, f, y, valid)`` matches ``f: (S, n, d)`` against slots ``start .. start+S-1``
     (``y, valid: (n,)`` shared by the slots) and, in training mode, stores the detached result. The
-    batched gate is ``torch.func.vmap``-ed over the slots (one set of kernels for all layers).
+    batched gate is ``torch.func.vmap``-ed over the slots (one set of kernels for all layers); the
+    sequential gate is :func:`match_sequential` (all slots in one compiled scan) for the EMA update and
+    the literal loop of :func:`match` for slerp.
     """
 
     def __init__(self, n_slots: int, dim: int, *, metric: str = "geodesic", mode: str = "batched",
@@ -133,7 +277,9 @@ class CentroidBank(torch.nn.Module):
         run = partial(match, metric=self.metric, mode=self.mode, alpha=self.alpha, update=self.update)
         if self.mode == "batched":
             out = torch.func.vmap(run, in_dims=(0, None, None, 0, 0, 0, 0))(f, y, valid, *state)
-        else:  # Algorithm 1's feature loop cannot be vectorised; slots one after the other
+        elif self.update == "ema":  # exact sequential gate, all slots in one compiled scan
+            out = match_sequential(f, y, valid, *state, metric=self.metric, alpha=self.alpha)
+        else:  # slerp: the literal loop, slots one after the other
             per_slot = [run(f[s], y, valid, *(t[s] for t in state)) for s in range(f.shape[0])]
             out = Matched(*(torch.stack(field) for field in zip(*per_slot)))
         if self.training:
