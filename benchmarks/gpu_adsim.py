@@ -68,7 +68,7 @@ def _batch(spec, b, device, gen):
 
 
 def _step_fn(backbone, cfg, text, batch, device, amp, kind):
-    head = make_head(cfg, backbone, text).to(device)
+    head = make_head(cfg, backbone.spec.width, backbone.spec.embed_dim, text).to(device)
     opt = torch.optim.Adam(head.parameters(), lr=cfg.lr, betas=cfg.betas)
 
     def step():
