@@ -14,11 +14,14 @@ from .data import DOMAINS as DOMAINS
 from .data import MASKED as MASKED
 from .evaluate import evaluate as evaluate
 from .head import VACA as VACA
+from .head import SCORES as SCORES
 from .head import Head as Head
 from .head import features as features
 from .head import features_from_tokens as features_from_tokens
+from .head import image_scores as image_scores
 from .matching import CentroidBank as CentroidBank
 from .matching import match as match
+from .matching import match_sequential as match_sequential
 from .protocol import run as run_protocol
 from .sim import SimParams as SimParams
 from .sim import simulate as simulate

@@ -2,7 +2,9 @@
 
 ``build_backbone(name, ...)`` returns a :class:`Backbone` (the open_clip model, its tokenizer and a
 :class:`BackboneSpec` describing the patch grid and the adapter positions). Weights come from a
-*local* file only (``checkpoint=PATH``, open_clip resizes the position embeddings when the image size
+*local* file only (``checkpoint=PATH``, read by :func:`read_checkpoint`: an open_clip / PyTorch state
+dict, a ``.safetensors`` file, or an OpenAI TorchScript archive such as ``ViT-L-14-336px.pt`` as OpenAI
+distributes it; open_clip's ``resize_pos_embed`` adapts the position embeddings when the image size
 differs from the checkpoint's); with ``checkpoint=None`` the weights are random and a loud
 :class:`RandomWeightsWarning` says that any AUC computed with them is meaningless. Nothing here
 downloads anything.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -98,12 +101,13 @@ def build_backbone(name: str = "ViT-L-14-336", *, image_size: int | None = None,
         warnings.warn(f"backbone {name} has RANDOM weights (no --checkpoint): results are meaningless "
                       "for anomaly-detection AUC; use them only for tests and timing",
                       RandomWeightsWarning, stacklevel=2)
+    state = None if checkpoint is None else read_checkpoint(checkpoint)
     torch.manual_seed(seed)
-    try:
-        model = open_clip.create_model(cfg_name, pretrained=checkpoint, force_quick_gelu=quick_gelu,
-                                       force_image_size=size, device=device)
-    except RuntimeError as err:  # strict state-dict load: missing/unexpected keys, shape mismatch
-        raise ValueError(f"checkpoint {checkpoint!r} does not fit backbone {name}: {err}") from err
+    model = open_clip.create_model(cfg_name, pretrained=None, force_quick_gelu=quick_gelu,
+                                   force_image_size=size, device="cpu")
+    if state is not None:
+        _load_state(model, state, checkpoint, name)
+    model = model.to(device)
     model.eval().requires_grad_(False)
     visual = model.visual
     if not all(hasattr(visual, a) for a in ("transformer", "conv1", "_embeds")):
@@ -113,6 +117,100 @@ def build_backbone(name: str = "ViT-L-14-336", *, image_size: int | None = None,
                         width=visual.conv1.out_channels, embed_dim=visual.output_dim, layers=depth,
                         adapter_layers=adapter_layers(depth), pretrained=checkpoint is not None)
     return Backbone(model, open_clip.get_tokenizer(cfg_name), spec)
+
+
+EXPECTED = ("an open_clip / PyTorch state dict (torch.save of model.state_dict(), optionally under "
+            "'state_dict'), a .safetensors file, or an OpenAI TorchScript archive such as ViT-L-14-336px.pt")
+_OPENAI_EXTRA = ("input_resolution", "context_length", "vocab_size")  # non-weight entries of OpenAI's archives
+
+
+def describe_file(path) -> str:
+    """A short description of what a file holds, from its first bytes (for error messages)."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size == 0:
+        return "an empty file"
+    with open(path, "rb") as fh:
+        head = fh.read(64)
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = z.namelist()
+        except (zipfile.BadZipFile, OSError):
+            return f"a damaged zip archive ({size} bytes)"
+        if any("/code/" in n for n in names):
+            return f"a TorchScript archive ({size} bytes)"
+        if any(n.endswith("data.pkl") for n in names):
+            return f"a PyTorch zip checkpoint ({size} bytes)"
+        return f"a zip archive that is not a PyTorch file ({len(names)} entries, e.g. {names[:3]})"
+    if head[:2] == b"PK":
+        return f"a truncated or damaged zip archive ({size} bytes; PyTorch checkpoints are zip archives)"
+    if head[:1] == b"\x80":
+        return f"a Python pickle ({size} bytes; legacy torch.save format)"
+    if head[:6] == b"\x93NUMPY":
+        return f"a NumPy .npy array ({size} bytes)"
+    if head[:2] == b"\x1f\x8b":
+        return f"a gzip file ({size} bytes)"
+    if len(head) > 8 and head[8:9] == b"{":
+        return f"a safetensors file ({size} bytes)"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"an unrecognised binary file ({size} bytes, starts with {head[:8]!r})"
+    return f"a text file ({size} bytes, starts with {text[:30]!r})"
+
+
+def read_checkpoint(path) -> dict:
+    """The weights in ``path`` as an open_clip-layout state dict (``{name: tensor}``, floats as float32:
+    OpenAI's archives are fp16, which CPU interpolation of position embeddings does not support).
+
+    Accepts an open_clip / PyTorch state dict (a ``module.`` prefix from DataParallel is stripped, a
+    ``{"state_dict": ...}`` wrapper is unwrapped), a ``.safetensors`` file, and OpenAI's TorchScript
+    archives (``torch.jit.load(map_location="cpu").state_dict()``; OpenAI's keys *are* open_clip's
+    ``CLIP`` keys, plus ``input_resolution``/``context_length``/``vocab_size``, which are dropped, as
+    open_clip's own ``load_state_dict`` does). Anything else raises ``ValueError`` naming the file, what
+    it is, and what was expected.
+    """
+    path = str(path)
+    what = describe_file(path)
+    try:
+        if what.startswith("a TorchScript archive"):
+            with warnings.catch_warnings():  # torch deprecates TorchScript; OpenAI's files are TorchScript
+                warnings.simplefilter("ignore", FutureWarning)
+                obj = torch.jit.load(path, map_location="cpu").state_dict()
+        elif what.startswith("a safetensors file"):
+            from safetensors.torch import load_file
+
+            obj = load_file(path, device="cpu")
+        else:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 -- torch raises many types for unreadable files
+        raise ValueError(f"checkpoint {path} cannot be read: it is {what}, expected {EXPECTED} "
+                         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from err
+    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+        obj = obj["state_dict"]
+    if not isinstance(obj, dict) or not obj or not all(torch.is_tensor(v) for v in obj.values()):
+        kind = (f"a dict with keys {list(obj)[:5]}" if isinstance(obj, dict) else type(obj).__name__)
+        raise ValueError(f"checkpoint {path} is {what} holding {kind}, not a state dict of tensors; "
+                         f"expected {EXPECTED}")
+    state = {k[7:] if k.startswith("module.") else k: v.float() if v.is_floating_point() else v
+             for k, v in obj.items()}
+    for key in _OPENAI_EXTRA:
+        state.pop(key, None)
+    return state
+
+
+def _load_state(model: torch.nn.Module, state: dict, path, name: str) -> None:
+    """Strict load of ``state`` into the open_clip ``model`` (position embeddings resized to its grid)."""
+    state = dict(state)
+    open_clip.model.resize_pos_embed(state, model)
+    if "logit_scale" in state and state["logit_scale"].ndim != model.logit_scale.ndim:
+        state["logit_scale"] = state["logit_scale"].reshape(model.logit_scale.shape)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as err:  # missing/unexpected keys, shape mismatch
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()][:4]
+        raise ValueError(f"checkpoint {path} does not fit backbone {name}: {' '.join(lines)[:600]}") from err
 
 
 def fingerprint(model: torch.nn.Module) -> float:

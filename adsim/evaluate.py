@@ -2,7 +2,10 @@
 
 ``evaluate(run, data)`` rebuilds the run's backbone (and checks its weight fingerprint), loads the
 head from the run's checkpoint, scores the target's ``test`` split and writes ``RUN/metrics.json``
-atomically. AUCs come from ``sklearn.metrics.roc_auc_score``; pixel maps may be Gaussian-smoothed
+atomically. Scores and pixel maps are logits by default (``score="logit_max"``; probabilities
+saturate and tie, see ``adsim.head``); ``score="authors_prob_mean"`` reproduces the released code's
+scoring. A run config with a ``score`` field (a recipe) sets it; an explicit ``scoring=`` overrides.
+AUCs come from ``sklearn.metrics.roc_auc_score``; pixel maps may be Gaussian-smoothed
 (``scipy.ndimage.gaussian_filter``, sigma in pixels; 0 = off).
 """
 from __future__ import annotations
@@ -19,38 +22,40 @@ from tqdm.auto import tqdm
 from . import data as D
 from ._io import autocast_dtype, read_json, resolve_device, write_json
 from .backbone import build_backbone, fingerprint
-from .head import anomaly_maps, features, image_scores, text_embeddings
+from .head import DEFAULT_SCORE, anomaly_maps, check_score, features, image_scores, text_embeddings
 
 CHECKPOINTS = ("auto", "last", "best")
 
 
 @torch.no_grad()
 def score(backbone, head, samples, *, clip_norm: bool, device, precision: str = "auto", batch_size: int = 16,
-          maps: bool = False, progress: bool = False, desc: str = "scoring") -> dict:
+          maps: bool = False, progress: bool = False, desc: str = "scoring", scoring: str = DEFAULT_SCORE) -> dict:
     """``{"scores": (n,), "labels": (n,), "maps": (n, S, S) or None, "masks": ...}`` as NumPy."""
     spec = backbone.spec
     loader = torch.utils.data.DataLoader(D.ImageDataset(samples, spec.image_size, clip_norm=clip_norm),
                                          batch_size=batch_size, shuffle=False)
     return score_batches(head, loader, lambda x: features(backbone, head, x), grid=spec.grid,
                          size=spec.image_size, device=device, amp=autocast_dtype(precision, device),
-                         maps=maps, progress=progress, desc=desc)
+                         maps=maps, progress=progress, desc=desc, scoring=scoring)
 
 
 @torch.no_grad()
 def score_batches(head, batches, forward, *, grid: int, size: int, device, amp=None, maps: bool = False,
-                  progress: bool = False, desc: str = "scoring") -> dict:
+                  progress: bool = False, desc: str = "scoring", scoring: str = DEFAULT_SCORE) -> dict:
     """Score an iterable of batch dicts (``image``, ``label``, ``mask``) with ``forward(x) -> Features``
-    (image path or token path); the head is put in evaluation mode. Output as :func:`score`."""
+    (image path or token path); the head is put in evaluation mode. ``scoring``: one of
+    ``adsim.head.SCORES``. Output as :func:`score`."""
+    check_score(scoring)
     head.eval()
     scores, labels, all_maps, masks = [], [], [], []
     for batch in tqdm(batches, desc=desc, disable=not progress, leave=False):
         x = batch["image"].to(device)
         with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
             feats = forward(x)
-        scores.append(image_scores(feats).float().cpu().numpy())
+        scores.append(image_scores(feats, scoring).cpu().numpy())
         labels.append(batch["label"].numpy())
         if maps:
-            all_maps.append(anomaly_maps(feats, grid, size).float().cpu().numpy())
+            all_maps.append(anomaly_maps(feats, grid, size, scoring).cpu().numpy())
             masks.append(batch["mask"].numpy().astype(bool))
     return {"scores": np.concatenate(scores), "labels": np.concatenate(labels),
             "maps": np.concatenate(all_maps) if maps else None, "masks": np.concatenate(masks) if maps else None}
@@ -82,7 +87,7 @@ def selection_score(backbone, head, samples, cfg, device) -> float:
             continue
         has_masks = domain in D.MASKED
         out = score(backbone, head, sub, clip_norm=cfg.clip_norm, device=device, precision=cfg.precision,
-                    batch_size=cfg.batch_size, maps=has_masks)
+                    batch_size=cfg.batch_size, maps=has_masks, scoring=run_score(cfg))
         values.append(auc_percent(out["labels"], out["scores"]))
         if has_masks and out["masks"].any():
             values.append(auc_percent(out["masks"], out["maps"]))
@@ -90,6 +95,11 @@ def selection_score(backbone, head, samples, cfg, device) -> float:
     if not values:
         raise ValueError("selection set has no domain with both normal and anomalous images")
     return float(np.mean(values))
+
+
+def run_score(cfg, override: str | None = None) -> str:
+    """The scoring of a run: ``override``, else the config's ``score`` field (a recipe), else the default."""
+    return check_score(override or getattr(cfg, "score", None) or DEFAULT_SCORE)
 
 
 def load_run(run, *, checkpoint: str = "auto", device: str = "auto"):
@@ -126,9 +136,11 @@ def load_run(run, *, checkpoint: str = "auto", device: str = "auto"):
 
 
 def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", smooth_sigma: float = 4.0,
-             batch_size: int = 16, device: str = "auto", progress: bool = True) -> dict:
-    """Score the target's test split and write ``RUN/metrics.json``; returns the metrics dict."""
+             batch_size: int = 16, device: str = "auto", progress: bool = True, scoring: str | None = None) -> dict:
+    """Score the target's test split and write ``RUN/metrics.json``; returns the metrics dict.
+    ``scoring``: one of ``adsim.head.SCORES`` (default: the run's, else ``"logit_max"``)."""
     cfg, backbone, head, info, dev = load_run(run, checkpoint=checkpoint, device=device)
+    scoring = run_score(cfg, scoring)
     target = D.canonical_domain(target or cfg.target)
     if target in cfg.train_domains:
         raise ValueError(f"{target} was a training domain of this run: not a zero-shot evaluation")
@@ -136,13 +148,13 @@ def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", 
     D.require_both_classes(samples, f"{target} test split")
     has_masks = target in D.MASKED
     out = score(backbone, head, samples, clip_norm=cfg.clip_norm, device=dev, precision=cfg.precision,
-                batch_size=batch_size, maps=has_masks, progress=progress, desc=f"eval {target}")
+                batch_size=batch_size, maps=has_masks, progress=progress, desc=f"eval {target}", scoring=scoring)
     metrics = {"target": target, "image_auc": auc_percent(out["labels"], out["scores"]),
                "n_images": int(len(samples)), "n_anomalous": int(out["labels"].sum()),
                "checkpoint": info, "select": cfg.select, "method": cfg.method, "metric": cfg.metric,
                "vaca": cfg.vaca, "gate_mode": cfg.gate_mode, "backbone": cfg.backbone, "seed": cfg.seed,
                "train_domains": list(cfg.train_domains), "pretrained": backbone.spec.pretrained,
-               "auc_unit": "percent", "zero_shot": cfg.select != "test"}
+               "auc_unit": "percent", "zero_shot": cfg.select != "test", "scoring": scoring}
     if has_masks:
         if not out["masks"].any():
             raise ValueError(f"{target} test masks contain no anomalous pixel: pixel AUC undefined")

@@ -16,6 +16,14 @@ dimension (adapter bottleneck = text embedding size), ``L = 4`` adapter layers.
   ``P~`` is renormalised because step (3) takes ``arccos(<f, c>)``, which needs unit features.
 * Patch logit ``z = 100 (<f, t_anomaly> - <f, t_normal>)``: the two-way softmax of ``100 <f, T>``
   gives ``P(anomaly) = sigmoid(z)``. Image logit per layer: ``max_n z_det`` (Algorithm 1).
+* Evaluation scores (``score=``, :data:`SCORES`), chosen so that they *rank*: with ``|z|`` in the tens
+  (logit scale 100), ``sigmoid(z)`` is exactly 1.0 in float32 for every ``z >= 17``, so any average of
+  probabilities ties. ``"logit_max"`` (default): image score = layer mean of ``max_n z_det``, pixel map =
+  layer mean of ``z_seg``; ``"logit_mean"``: image score = layer mean of ``mean_n z_det`` (same map).
+  ``"authors_prob_mean"``: the released code's scoring, kept so their numbers stay comparable
+  (``AyushRoy2001/Beyond-Pooling``, ``test_zero.py``, ``test()``: image score = sum over layers of
+  the patch mean of ``softmax(100 <f, T>)[anomaly]``; pixel map = sum over layers of the softmax of the
+  bilinearly upsampled logits, ``align_corners=True``); we take the layer *mean* (same ranking).
 """
 from __future__ import annotations
 
@@ -30,6 +38,8 @@ from .backbone import Backbone, encode_prompts
 from .matching import CentroidBank
 
 LOGIT_SCALE = 100.0
+SCORES = ("logit_max", "logit_mean", "authors_prob_mean")
+DEFAULT_SCORE = "logit_max"
 # Prompt ensemble (ours): state phrases x templates, object-agnostic so that one text embedding pair
 # serves every modality and the target's name is never needed.
 NORMAL_STATES = ("normal {}", "healthy {}", "{} without any abnormality", "{} with no lesion",
@@ -190,14 +200,33 @@ def _score(head: Head, seg_mid: list, det_mid: list) -> Features:
     return Features(seg, det, seg_logits, det_logits, image_logits, var, det_raw)
 
 
-def anomaly_maps(feats: Features, grid: int, size: int) -> torch.Tensor:
-    """``(B, size, size)`` pixel anomaly probability: mean over layers of ``sigmoid(z_seg)`` on the
-    patch grid, bilinearly upsampled."""
-    z = torch.stack(feats.seg_logits)  # (L, B, N)
-    p = torch.sigmoid(z).mean(0).reshape(-1, 1, grid, grid)
-    return nn.functional.interpolate(p, size=(size, size), mode="bilinear", align_corners=False)[:, 0]
+def check_score(score: str) -> str:
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+    return score
 
 
-def image_scores(feats: Features) -> torch.Tensor:
-    """``(B,)`` image anomaly score: mean over layers of ``sigmoid(image logit)``."""
-    return torch.sigmoid(feats.image_logits).mean(0)
+def anomaly_maps(feats: Features, grid: int, size: int, score: str = DEFAULT_SCORE) -> torch.Tensor:
+    """``(B, size, size)`` pixel anomaly map on the patch grid, bilinearly upsampled: the layer mean of
+    the patch logits ``z_seg`` (``score="logit_*"``; unbounded, never saturates) or, for
+    ``"authors_prob_mean"``, the layer mean of ``sigmoid`` of the upsampled logits (in [0, 1])."""
+    z = torch.stack(feats.seg_logits).float()  # (L, B, N)
+    if check_score(score) == "authors_prob_mean":
+        up = nn.functional.interpolate(z.reshape(-1, 1, grid, grid), size=(size, size), mode="bilinear",
+                                       align_corners=True)
+        return torch.sigmoid(up).reshape(z.shape[0], z.shape[1], size, size).mean(0)
+    m = z.mean(0).reshape(-1, 1, grid, grid)
+    return nn.functional.interpolate(m, size=(size, size), mode="bilinear", align_corners=False)[:, 0]
+
+
+def image_scores(feats: Features, score: str = DEFAULT_SCORE) -> torch.Tensor:
+    """``(B,)`` image anomaly score (see :data:`SCORES` and the module docstring): layer mean of the max
+    (``"logit_max"``) or mean (``"logit_mean"``) patch logit, or the authors' layer mean of the patch
+    mean of probabilities (``"authors_prob_mean"``, saturates: ties once logits exceed ~17)."""
+    z = torch.stack(feats.det_logits).float()  # (L, B, N)
+    check_score(score)
+    if score == "logit_max":
+        return z.amax(dim=2).mean(0)
+    if score == "logit_mean":
+        return z.mean(dim=2).mean(0)
+    return torch.sigmoid(z).mean(dim=2).mean(0)

@@ -1,11 +1,15 @@
 """Backbone creation through open_clip (tiny config), VACA, the interleaved forward."""
 import math
+import warnings
 
+import numpy as np
 import pytest
 import torch
+from sklearn.metrics import roc_auc_score
 
-from adsim.backbone import RandomWeightsWarning, adapter_layers, build_backbone, fingerprint, frozen_tokens
-from adsim.head import VACA, Head, anomaly_maps, features, image_scores, prompt_ensemble, text_embeddings
+from adsim.backbone import (RandomWeightsWarning, adapter_layers, build_backbone, describe_file, fingerprint,
+                            frozen_tokens, read_checkpoint)
+from adsim.head import VACA, Features, Head, anomaly_maps, features, image_scores, prompt_ensemble, text_embeddings
 
 pytestmark = pytest.mark.filterwarnings("ignore::adsim.backbone.RandomWeightsWarning")
 
@@ -110,9 +114,10 @@ def test_features_shapes_and_adapter_gradients(tiny, vaca):
     for a in (*head.seg_adapters, *head.det_adapters):
         assert a.down.weight.grad is not None and a.down.weight.grad.abs().sum() > 0
     assert all(p.grad is None for p in tiny.model.parameters())
-    maps, scores = anomaly_maps(f, 8, 64), image_scores(f)
+    maps, scores = anomaly_maps(f, 8, 64, "authors_prob_mean"), image_scores(f)
     assert maps.shape == (2, 64, 64) and scores.shape == (2,)
-    assert bool(((maps >= 0) & (maps <= 1)).all())
+    assert bool(((maps >= 0) & (maps <= 1)).all())  # probabilities
+    torch.testing.assert_close(scores, f.image_logits.mean(0))  # default: layer mean of max logits
 
 
 def test_frozen_tokens_match_open_clip_blocks(tiny):
@@ -129,3 +134,129 @@ def test_features_reject_nan_and_wrong_size(tiny):
         features(tiny, head, x)
     with pytest.raises(ValueError, match="images must have shape"):
         features(tiny, head, torch.randn(1, 3, 72, 72))
+
+
+def _features_from_logits(det_logits, seg_logits=None):
+    """A ``Features`` holding only given logits ``(L, B, N)`` (what the scoring functions read)."""
+    seg_logits = det_logits if seg_logits is None else seg_logits
+    return Features(seg=[], det=[], seg_logits=list(seg_logits), det_logits=list(det_logits),
+                    image_logits=det_logits.amax(dim=2), var=torch.zeros(()), det_raw=[])
+
+
+def test_scores_rank_when_probabilities_saturate():
+    # 10 normal and 10 anomalous images, 4 layers x 16 patches, every patch logit >= 20 (sigmoid is
+    # exactly 1.0 in float32 there). By construction every anomalous image has larger max and mean
+    # logits than every normal one, so the true ranking gives AUC = 1 (closed form); the authors'
+    # patch mean of probabilities ties every image (AUC = 0.5).
+    g = torch.Generator().manual_seed(0)
+    base = torch.cat([torch.arange(10.0), 20.0 + torch.arange(10.0)])  # normal 0..9, anomalous 20..29
+    z = 20.0 + base[None, :, None] + torch.rand(4, 20, 16, generator=g)  # (L, B, N), all in [20, 50)
+    labels = np.r_[np.zeros(10), np.ones(10)]
+    feats = _features_from_logits(z)
+    assert bool((torch.sigmoid(z) == 1.0).all())  # saturation in float32: the premise of the test
+    for score in ("logit_max", "logit_mean"):
+        assert roc_auc_score(labels, image_scores(feats, score).numpy()) == 1.0
+    authors = image_scores(feats, "authors_prob_mean").numpy()
+    assert np.all(authors == 1.0) and roc_auc_score(labels, authors) == 0.5
+    # the pixel maps rank too: anomalous patches (logits + 20) above normal ones
+    mask = torch.zeros(4, 2, 16)
+    mask[:, 1] = 20.0
+    zmap = 20.0 + mask + torch.rand(4, 2, 16, generator=g)
+    maps = anomaly_maps(_features_from_logits(zmap), 4, 8).numpy()
+    gt = np.r_[np.zeros(64), np.ones(64)]
+    assert roc_auc_score(gt, maps.ravel()) == 1.0
+    assert roc_auc_score(gt, anomaly_maps(_features_from_logits(zmap), 4, 8, "authors_prob_mean").numpy().ravel()) == 0.5
+
+
+def test_score_definitions_by_hand():
+    # 2 layers, 1 image, 3 patches: layer mean of max / mean / mean of sigmoids, computed by hand
+    z = torch.tensor([[[0.0, 1.0, 2.0]], [[-2.0, 0.0, 4.0]]])
+    feats = _features_from_logits(z)
+    torch.testing.assert_close(image_scores(feats, "logit_max"), torch.tensor([3.0]))
+    torch.testing.assert_close(image_scores(feats, "logit_mean"), torch.tensor([(1.0 + 2.0 / 3.0) / 2]))
+    expected = (torch.sigmoid(z[0]).mean() + torch.sigmoid(z[1]).mean()) / 2
+    torch.testing.assert_close(image_scores(feats, "authors_prob_mean"), expected[None])
+    assert image_scores(feats).item() == 3.0  # default: logit_max
+
+
+def test_unknown_score():
+    feats = _features_from_logits(torch.zeros(1, 1, 4))
+    with pytest.raises(ValueError, match="score must be one of"):
+        image_scores(feats, "prob_max")
+    with pytest.raises(ValueError, match="score must be one of"):
+        anomaly_maps(feats, 2, 4, "prob_max")
+
+
+class _Root(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def _openai_archive(state: dict, path):
+    """A TorchScript archive whose ``state_dict()`` is ``state``: the module tree follows the dotted
+    keys, as in OpenAI's released ``ViT-*.pt`` files (their keys are open_clip's CLIP keys)."""
+    root = _Root()
+    for key, value in state.items():
+        *parents, leaf = key.split(".")
+        mod = root
+        for name in parents:
+            if not hasattr(mod, name):
+                mod.add_module(name, torch.nn.Module())
+            mod = getattr(mod, name)
+        mod.register_buffer(leaf, value.clone())
+    with warnings.catch_warnings():  # TorchScript is deprecated in torch; OpenAI's files still use it
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.jit.save(torch.jit.script(root), str(path))
+    return path
+
+
+def test_openai_torchscript_checkpoint_loads(tmp_path, tiny):
+    # OpenAI ships fp16 weights plus three non-weight entries; build such an archive from the tiny model
+    ref = tiny.model.state_dict()
+    sd = {k: v.half() if v.is_floating_point() else v for k, v in ref.items()}
+    sd.update(input_resolution=torch.tensor(64), context_length=torch.tensor(77), vocab_size=torch.tensor(49408))
+    path = _openai_archive(sd, tmp_path / "ViT-tiny-openai.pt")
+    assert describe_file(path).startswith("a TorchScript archive")
+    state = read_checkpoint(path)
+    assert set(state) == set(ref)  # the three extras dropped, every weight present
+    loaded = build_backbone("tiny", checkpoint=str(path), seed=123)
+    assert loaded.spec.pretrained
+    for k, v in loaded.model.state_dict().items():  # the file's fp16 values, in float32
+        torch.testing.assert_close(v, ref[k].half().to(v.dtype), rtol=0, atol=0)
+    big = build_backbone("tiny", checkpoint=str(path), image_size=96)  # position embeddings resized
+    assert big.model.visual.positional_embedding.shape == (12 * 12 + 1, 64)
+
+
+def test_wrapped_and_prefixed_state_dict_loads(tmp_path, tiny):
+    path = tmp_path / "ddp.pt"
+    torch.save({"epoch": 3, "state_dict": {f"module.{k}": v for k, v in tiny.model.state_dict().items()}}, path)
+    assert fingerprint(build_backbone("tiny", checkpoint=str(path), seed=7).model) == fingerprint(tiny.model)
+
+
+def _garbage(tmp_path):
+    import zipfile
+
+    files = {"notes.txt": b"these are not weights\n", "random.bin": bytes(range(200, 256)) * 10}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with zipfile.ZipFile(tmp_path / "other.zip", "w") as z:
+        z.writestr("readme.md", "hello")
+    return files
+
+
+@pytest.mark.parametrize("name, what", [("notes.txt", "a text file"), ("random.bin", "unrecognised binary"),
+                                        ("other.zip", "zip archive that is not a PyTorch file"),
+                                        ("truncated.pt", "damaged zip"), ("empty.pt", "an empty file"),
+                                        ("no_tensors.pt", "not a state dict")])
+def test_unreadable_checkpoints_say_what_the_file_is(tmp_path, tiny, name, what):
+    _garbage(tmp_path)
+    good = tmp_path / "good.pt"
+    torch.save(tiny.model.state_dict(), good)
+    (tmp_path / "truncated.pt").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    (tmp_path / "empty.pt").write_bytes(b"")
+    torch.save({"epoch": 3, "note": "no weights"}, tmp_path / "no_tensors.pt")
+    path = tmp_path / name
+    with pytest.raises(ValueError, match="expected an open_clip") as info:
+        build_backbone("tiny", checkpoint=str(path))
+    msg = str(info.value)
+    assert str(path) in msg and what in msg and "TorchScript" in msg
