@@ -175,15 +175,18 @@ def _compiled_scan(metric: str, alpha: float):
     return _SCANS[key]
 
 
-def _to_jax(t: torch.Tensor):
-    """A float32 torch tensor as a JAX array on the same kind of device (zero-copy through DLPack when
-    JAX has that device, through host memory otherwise)."""
+SCAN_DEVICES = ("auto", "cpu")
+
+
+def _to_jax(t: torch.Tensor, scan_device: str):
+    """A float32 torch tensor as a JAX array: on the tensor's GPU (zero-copy through DLPack) when
+    ``scan_device="auto"`` and JAX has a GPU, else in host memory (the scan then runs on the CPU)."""
     import jax
 
     t = t.detach().contiguous()
-    if t.device.type != "cpu" and any(d.platform == "gpu" for d in jax.devices()):
+    if scan_device == "auto" and t.device.type != "cpu" and any(d.platform == "gpu" for d in jax.devices()):
         return jax.dlpack.from_dlpack(t)
-    return jax.numpy.asarray(t.cpu().numpy())
+    return jax.device_put(t.cpu().numpy(), jax.devices("cpu")[0])
 
 
 def _to_torch(a, device) -> torch.Tensor:
@@ -216,7 +219,7 @@ def ema_trajectory(f, c0, moved, r, alpha: float):
 
 
 def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
-                     alpha: float = 0.5, update: str = "ema") -> Matched:
+                     alpha: float = 0.5, update: str = "ema", scan_device: str = "auto") -> Matched:
     """Algorithm 1's sequential gate, exact and fast, for ``S`` slots at once.
 
     ``f: (S, n, d)`` features (normalised here), ``y, valid: (n,)`` shared by the slots,
@@ -224,6 +227,8 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
     slot axis; same decisions as ``match(..., mode="sequential")`` slot by slot, centroids equal up
     to rounding, gradients with the EMA normalisers held constant. EMA only: slerp raises
     ``ValueError`` (use the literal loop, ``match(..., mode="sequential", update="slerp")``).
+    ``scan_device``: ``"auto"`` runs the decision scan on the tensors' GPU when JAX has one (else on
+    the CPU); ``"cpu"`` always copies the features to the host and scans there.
     """
     _validate(metric, "sequential", update)
     if update != "ema":
@@ -231,6 +236,8 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
                          f"form), got {update!r}; use match(..., mode='sequential') for the literal loop")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"EMA factor alpha must be in (0, 1), got {alpha!r}")
+    if scan_device not in SCAN_DEVICES:
+        raise ValueError(f"scan_device must be one of {SCAN_DEVICES}, got {scan_device!r}")
     if f.ndim != 3 or c_pos.shape != (f.shape[0], f.shape[2]) or y.shape != (f.shape[1],):
         raise ValueError(f"match_sequential wants f (S, n, d), c (S, d), y (n,); got f {tuple(f.shape)}, "
                          f"c {tuple(c_pos.shape)}, y {tuple(y.shape)}")
@@ -239,7 +246,7 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
     is_pos, is_neg = (1.0 - y) * valid, y * valid
     state = [t.to(f.dtype) for t in (c_pos, c_neg, init_pos, init_neg)]
     with torch.no_grad():
-        args = [_to_jax(t) for t in (f, is_pos, is_neg, *state)]
+        args = [_to_jax(t, scan_device) for t in (f, is_pos, is_neg, *state)]
         acc_pos, acc_neg, r_pos, r_neg = (_to_torch(a, f.device) for a in _compiled_scan(metric, alpha)(*args))
     c_pos = ema_trajectory(f, state[0], acc_pos * (r_pos > 0), r_pos, alpha)
     c_neg = ema_trajectory(f, state[1], acc_neg * (r_neg > 0), r_neg, alpha)

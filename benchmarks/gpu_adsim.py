@@ -161,6 +161,10 @@ def run(args) -> str:
     add(f"exact fast sequential gates, all 8 slots of a step ({n} patch features/layer)", t_gates_exact)
     t_exact_one = _time(lambda: match_sequential(f[None], y, v, c[:1], c[1:], one[None], one[None]), device, **kw)
     add(f"exact fast sequential gate, one layer ({n} features)", t_exact_one)
+    if device.type == "cuda":  # the same decisions scanned on the host CPU (features copied over)
+        t_exact_host = _time(lambda: match_sequential(f[None], y, v, c[:1], c[1:], one[None], one[None],
+                                                      scan_device="cpu"), device, **kw)
+        add(f"exact fast sequential gate, one layer, scan on the host CPU ({n} features)", t_exact_host)
     t_seq = _time(lambda: match(f, y, v, c[0], c[1], one, one, mode="sequential"), device,
                   warmup=1, iters=max(1, min(3, args.iters)))
     add(f"literal sequential loop, one layer ({n} features)", t_seq)

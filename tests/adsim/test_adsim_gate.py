@@ -150,7 +150,8 @@ def test_bank_sequential_uses_the_exact_gate_and_slerp_the_loop():
 
 
 @pytest.mark.parametrize("kw, msg", [({"update": "slerp"}, "update='ema' only"), ({"alpha": 1.0}, "alpha"),
-                                     ({"metric": "manhattan"}, "metric must be one of")])
+                                     ({"metric": "manhattan"}, "metric must be one of"),
+                                     ({"scan_device": "tpu"}, "scan_device must be one of")])
 def test_bad_options(kw, msg):
     with pytest.raises(ValueError, match=msg):
         match_sequential(*_inputs(0), **kw)
@@ -160,3 +161,19 @@ def test_bad_shapes():
     f, y, valid, *state = _inputs(0)
     with pytest.raises(ValueError, match=r"f \(S, n, d\)"):
         match_sequential(f[0], y, valid, *state)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run with JAX_PLATFORMS=cuda,cpu "
+                    "to put the scan on the GPU; the test suite's default JAX_PLATFORMS=cpu scans on the host)")
+@pytest.mark.parametrize("scan_device", ["auto", "cpu"])
+def test_exact_gate_on_cuda_tensors_matches_the_literal_loop(scan_device):
+    args = _inputs(0)
+    x = [a.cuda() for a in args]
+    x[0].requires_grad_(True)
+    fast = match_sequential(*x, scan_device=scan_device)
+    ref = _oracle(*args)
+    assert fast.c_pos.device.type == "cuda"
+    assert torch.equal(fast.acc_pos.cpu(), ref[2]) and torch.equal(fast.acc_neg.cpu(), ref[3])
+    torch.testing.assert_close(fast.c_pos.cpu(), ref[0], rtol=0, atol=1e-5)
+    (g,) = torch.autograd.grad(fast.c_pos.sum() + fast.c_neg.sum(), x[0])
+    assert torch.isfinite(g).all() and g.abs().sum() > 0
