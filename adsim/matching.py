@@ -163,15 +163,20 @@ def _scan_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metr
 _SCANS: dict = {}
 
 
+def _jax():
+    """``jax``, imported lazily. JAX would otherwise reserve most of a GPU's memory, which torch shares;
+    the flag is read when JAX first starts its GPU backend, so every JAX use here goes through this."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+
+    return jax
+
+
 def _compiled_scan(metric: str, alpha: float):
     """``jax.jit`` of :func:`_scan_decisions` for one (metric, alpha); recompiles per input shape."""
     key = (metric, float(alpha))
     if key not in _SCANS:
-        # JAX would otherwise reserve most of a GPU's memory that torch shares (read at backend start)
-        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-        import jax
-
-        _SCANS[key] = jax.jit(partial(_scan_decisions, metric=metric, alpha=float(alpha)))
+        _SCANS[key] = _jax().jit(partial(_scan_decisions, metric=metric, alpha=float(alpha)))
     return _SCANS[key]
 
 
@@ -181,8 +186,7 @@ SCAN_DEVICES = ("auto", "cpu")
 def _to_jax(t: torch.Tensor, scan_device: str):
     """A float32 torch tensor as a JAX array: on the tensor's GPU (zero-copy through DLPack) when
     ``scan_device="auto"`` and JAX has a GPU, else in host memory (the scan then runs on the CPU)."""
-    import jax
-
+    jax = _jax()
     t = t.detach().contiguous()
     if scan_device == "auto" and t.device.type != "cpu" and any(d.platform == "gpu" for d in jax.devices()):
         return jax.dlpack.from_dlpack(t)
