@@ -38,7 +38,13 @@ loop, the oracle of the tests.
 
 The batched gate is an *approximation* of Algorithm 1 (decisions against the batch-start centroids).
 Measured with ``python benchmarks/adsim_gate.py`` on one 32-image toy batch (tiny backbone, random
-weights, 64 patches per image): DISAGREE_NOTE
+weights, 4 layers x 2048 patch features, ``benchmarks/RESULTS.md``): starting from centroids set by
+one earlier batch, 16% of the patch decisions and 0.8% of the image decisions differ from the exact
+gate, and the batched patch centroids end ~44 degrees from the exact ones (about the angle between
+the exact normal and anomaly centroids); from uninitialised centroids ~50% differ (the batched gate
+accepts every label-consistent feature of the first batch). Cost: on CPU the exact gate takes
+0.7-1.2x the batched gate's time for that batch; on an H200 at ViT-L-14-336 (B = 16) it takes ~84 ms
+per step against ~6 ms (the scan is launch-bound, ~18 us per sequential step).
 """
 from __future__ import annotations
 
