@@ -10,6 +10,7 @@ from poolsim import _core
 from . import _protocol_cli
 from . import data as D
 from .backbone import BACKBONES
+from .head import SCORES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,7 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--train-domains", nargs="+", default=None)
     tr.add_argument("--train-splits", nargs="+", default=["valid", "test"])
     tr.add_argument("--backbone", default="ViT-L-14-336", help=f"one of {tuple(BACKBONES)}")
-    tr.add_argument("--checkpoint", default=None, help="local open_clip weights file (none: random, warned)")
+    tr.add_argument("--checkpoint", default=None,
+                    help="local weights: an open_clip state dict or OpenAI's TorchScript file, e.g. "
+                         "ViT-L-14-336px.pt (none: random, warned)")
     tr.add_argument("--image-size", type=int, default=None)
     tr.add_argument("--no-quick-gelu", dest="quick_gelu", action="store_false")
     tr.add_argument("--no-clip-norm", dest="clip_norm", action="store_false",
@@ -64,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--target", default=None, help="default: the run's target")
     ev.add_argument("--checkpoint", choices=("auto", "last", "best"), default="auto")
     ev.add_argument("--smooth-sigma", type=float, default=4.0)
+    ev.add_argument("--score", default=None, choices=SCORES,
+                    help="image score / pixel map (default: the run's, else logit_max; authors_prob_mean "
+                         "= the released code's mean of probabilities, which saturates)")
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--device", default="auto")
     ev.add_argument("--no-progress", dest="progress", action="store_false")
@@ -101,7 +107,7 @@ def main(argv=None) -> int:
             from .evaluate import evaluate
             metrics = evaluate(args.run, args.data, args.target, checkpoint=args.checkpoint,
                                smooth_sigma=args.smooth_sigma, batch_size=args.batch_size, device=args.device,
-                               progress=args.progress)
+                               progress=args.progress, scoring=args.score)
             print(json.dumps(metrics, indent=2))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -260,3 +260,22 @@ def test_unreadable_checkpoints_say_what_the_file_is(tmp_path, tiny, name, what)
         build_backbone("tiny", checkpoint=str(path))
     msg = str(info.value)
     assert str(path) in msg and what in msg and "TorchScript" in msg
+
+
+def test_score_batches_and_run_score_pass_the_scoring_through():
+    from types import SimpleNamespace
+
+    from adsim.evaluate import run_score, score_batches
+
+    z = torch.tensor([[[30.0, 20.0, 20.0, 20.0]], [[40.0, 20.0, 20.0, 20.0]]])  # (L=2, B=1, N=4): 2 x 2 grid
+    batch = {"image": torch.zeros(1, 3, 4, 4), "label": torch.ones(1), "mask": torch.zeros(1, 4, 4)}
+    run = lambda scoring: score_batches(torch.nn.Identity(), [batch], lambda x: _features_from_logits(z),  # noqa: E731
+                                        grid=2, size=4, device=torch.device("cpu"), maps=True, scoring=scoring)
+    assert run("logit_max")["scores"].tolist() == [35.0]  # mean over layers of 30 and 40
+    out = run("authors_prob_mean")
+    assert out["scores"].tolist() == [1.0] and out["maps"].max() <= 1.0
+    assert run_score(SimpleNamespace()) == "logit_max"  # a config without a score field: the default
+    assert run_score(SimpleNamespace(score="authors_prob_mean")) == "authors_prob_mean"  # a recipe's choice
+    assert run_score(SimpleNamespace(score="authors_prob_mean"), "logit_mean") == "logit_mean"  # override
+    with pytest.raises(ValueError, match="score must be one of"):
+        run("probability")
