@@ -43,8 +43,9 @@ one earlier batch, 16% of the patch decisions and 0.8% of the image decisions di
 gate, and the batched patch centroids end ~44 degrees from the exact ones (about the angle between
 the exact normal and anomaly centroids); from uninitialised centroids ~50% differ (the batched gate
 accepts every label-consistent feature of the first batch). Cost: on CPU the exact gate takes
-0.7-1.2x the batched gate's time for that batch; on an H200 at ViT-L-14-336 (B = 16) it takes ~84 ms
-per step against ~6 ms (the scan is launch-bound, ~18 us per sequential step).
+0.7-1.2x the batched gate's time for that batch; on an H200 at ViT-L-14-336 (B = 16) it takes ~56 ms
+per step (scan unrolled 8x; 84 ms without) against ~6 ms: the scan is launch-bound, ~12 us per
+sequential step, far from the issue's 5%-of-a-step target, which needs the loop in one GPU kernel.
 """
 from __future__ import annotations
 
@@ -137,7 +138,8 @@ def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geode
     return Matched(c_pos, c_neg, torch.stack(acc_pos), torch.stack(acc_neg), init_pos, init_neg)
 
 
-def _scan_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric: str, alpha: float):
+def _scan_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric: str, alpha: float,
+                    unroll: int = 1):
     """Algorithm 1's decisions for ``S`` slots at once (jax.numpy; compiled by :func:`_compiled_scan`).
 
     ``f: (S, n, d)`` unit features, ``is_pos, is_neg: (n,)`` 0/1, ``c_*: (S, d)``, ``init_*: (S,)``.
@@ -162,7 +164,7 @@ def _scan_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metr
         return carry, tuple(out)
 
     _, (acc_pos, acc_neg, r_pos, r_neg) = lax.scan(body, (c_pos, c_neg, init_pos, init_neg),
-                                                   (jnp.swapaxes(f, 0, 1), is_pos, is_neg))
+                                                   (jnp.swapaxes(f, 0, 1), is_pos, is_neg), unroll=unroll)
     return tuple(jnp.swapaxes(t, 0, 1) for t in (acc_pos, acc_neg, r_pos, r_neg))
 
 
@@ -178,11 +180,17 @@ def _jax():
     return jax
 
 
-def _compiled_scan(metric: str, alpha: float):
-    """``jax.jit`` of :func:`_scan_decisions` for one (metric, alpha); recompiles per input shape."""
-    key = (metric, float(alpha))
+# Scan steps per loop iteration on a GPU: each ``while`` iteration there costs kernel launches and a
+# predicate read-back, so several steps per iteration are cheaper; on the CPU unrolling only lengthens
+# compilation. (Measured: benchmarks/RESULTS.md, adsim exact gate.)
+GPU_UNROLL = 8
+
+
+def _compiled_scan(metric: str, alpha: float, unroll: int = 1):
+    """``jax.jit`` of :func:`_scan_decisions` for one (metric, alpha, unroll); recompiles per shape."""
+    key = (metric, float(alpha), int(unroll))
     if key not in _SCANS:
-        _SCANS[key] = _jax().jit(partial(_scan_decisions, metric=metric, alpha=float(alpha)))
+        _SCANS[key] = _jax().jit(partial(_scan_decisions, metric=metric, alpha=float(alpha), unroll=int(unroll)))
     return _SCANS[key]
 
 
@@ -257,7 +265,9 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
     state = [t.to(f.dtype) for t in (c_pos, c_neg, init_pos, init_neg)]
     with torch.no_grad():
         args = [_to_jax(t, scan_device) for t in (f, is_pos, is_neg, *state)]
-        acc_pos, acc_neg, r_pos, r_neg = (_to_torch(a, f.device) for a in _compiled_scan(metric, alpha)(*args))
+        on_gpu = next(iter(args[0].devices())).platform == "gpu"
+        scan = _compiled_scan(metric, alpha, GPU_UNROLL if on_gpu else 1)
+        acc_pos, acc_neg, r_pos, r_neg = (_to_torch(a, f.device) for a in scan(*args))
     c_pos = ema_trajectory(f, state[0], acc_pos * (r_pos > 0), r_pos, alpha)
     c_neg = ema_trajectory(f, state[1], acc_neg * (r_neg > 0), r_neg, alpha)
     init_pos = torch.maximum(state[2], acc_pos.amax(-1))
