@@ -31,8 +31,9 @@ normalisers ``r_j = ||alpha c_{j-1} + (1 - alpha) f_j||`` taken from the scan. I
 literal loop's (same formulas in float32; only an exact floating-point tie could differ) and its
 centroids agree to ~1e-6. **Gradient:** the normalisers are held constant, so ``dc/df_j = W_j``
 (followed by the Jacobian of one final renormalisation) instead of the literal loop's product of
-per-step projections ``(I - c c^T) / r``; it is exactly the gradient of the literal loop with every
-``r_j`` detached (tested). ``CentroidBank(mode="sequential")`` uses it for ``update="ema"``; slerp has
+per-step projections ``(I - c c^T) / r``: it is exactly the gradient of the literal loop with every
+``r_j`` detached and one renormalisation at the end (tested); with one EMA step per centroid the two
+gradients coincide (scale invariance of the renormalisation, tested). ``CentroidBank(mode="sequential")`` uses it for ``update="ema"``; slerp has
 no weighted-sum form and runs the literal loop. ``match(..., mode="sequential")`` stays the literal
 loop, the oracle of the tests.
 
