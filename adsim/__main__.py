@@ -62,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     _dist_args(tr)
 
     ev = sub.add_parser("eval", help="write RUN/metrics.json for the target's test split")
-    ev.add_argument("--run", required=True)
+    ev.add_argument("--run", "--run-dir", dest="run", required=True,
+                    help="run folder (spell it --run-dir under torchrun, whose own --run-path swallows --run)")
     ev.add_argument("--data", required=True)
     ev.add_argument("--target", default=None, help="default: the run's target")
     ev.add_argument("--checkpoint", choices=("auto", "last", "best"), default="auto")
@@ -117,7 +118,8 @@ def main(argv=None) -> int:
             metrics = evaluate(args.run, args.data, args.target, checkpoint=args.checkpoint,
                                smooth_sigma=args.smooth_sigma, batch_size=args.batch_size, device=args.device,
                                progress=args.progress)
-            print(json.dumps(metrics, indent=2))
+            if distributed.is_main():
+                print(json.dumps(metrics, indent=2))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -24,7 +24,8 @@ from .head import trunk_tokens
 
 
 class TrunkCache(torch.utils.data.Dataset):
-    """Items like :class:`adsim.data.ImageDataset`'s, with ``tokens (1 + N, W)`` instead of ``image``."""
+    """Items like :class:`adsim.data.ImageDataset`'s, with the trunk tokens ``(1 + N, W)`` as ``image``
+    (the model input, as in ``adsim.sources``)."""
 
     def __init__(self, tokens: torch.Tensor, masks: torch.Tensor, has_mask: torch.Tensor, labels: torch.Tensor):
         n = tokens.shape[0]
@@ -40,7 +41,7 @@ class TrunkCache(torch.utils.data.Dataset):
         return sum(t.element_size() * t.numel() for t in (self.tokens, self.masks, self.has_mask, self.labels))
 
     def __getitem__(self, i):
-        return {"tokens": self.tokens[i], "mask": self.masks[i].float(), "has_mask": self.has_mask[i],
+        return {"image": self.tokens[i], "mask": self.masks[i].float(), "has_mask": self.has_mask[i],
                 "label": self.labels[i], "index": torch.tensor(i)}
 
 

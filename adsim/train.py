@@ -139,7 +139,7 @@ def objective(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
 
 def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, grid: int, device, amp, *,
                 desc: str = "epoch", progress: bool = False, gather=None) -> dict:
-    """One pass over ``batches`` (dicts with ``image`` -- or ``tokens``, see ``adsim.cache`` --,
+    """One pass over ``batches`` (dicts with ``image`` -- the model input: images, or tokens --,
     ``mask``, ``has_mask``, ``label``): forward, :func:`objective`, one backward pass, gradient
     clipping, optimizer step. ``forward(x) -> Features`` is the image path (:func:`adsim.head.features`)
     or the token path (``features_from_tokens``). Data-parallel (``adsim.distributed``): ``forward``
@@ -151,7 +151,7 @@ def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, gri
     for batch in bar:
         batch = _batch_to(batch, device)
         with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
-            feats = forward(batch["tokens"] if "tokens" in batch else batch["image"])
+            feats = forward(batch["image"])
         if gather is not None:  # data-parallel: the loss is computed on the global batch
             batch = gather(batch)
         loss, parts = objective(cfg, head, feats, batch, grid)
