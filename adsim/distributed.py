@@ -226,21 +226,23 @@ def shard(items: list) -> list:
 
 
 def gather_arrays(out: dict, n: int) -> dict:
-    """Inverse of :func:`shard` for a dict of NumPy arrays (first axis = item) or ``None``: every rank
-    gets the arrays of all ``n`` items in the original order."""
+    """Inverse of :func:`shard`: ``out`` is this rank's dict of NumPy arrays (first axis = item; a value
+    may be ``None``), or ``None`` for an empty share (fewer items than ranks). Every rank gets the arrays
+    of all ``n`` items in the original order."""
     w = world()
     if w.size == 1:
         return out
     parts = [None] * w.size
     dist.all_gather_object(parts, out)
+    ref = parts[0]  # rank 0's share is never empty when n >= 1
     full = {}
-    for key in out:
-        if out[key] is None:
+    for key, first in ref.items():
+        if first is None:
             full[key] = None
             continue
-        first = parts[0][key]
         arr = np.empty((n, *first.shape[1:]), dtype=first.dtype)
         for r, p in enumerate(parts):
-            arr[r::w.size] = p[key]
+            if p is not None:
+                arr[r::w.size] = p[key]
         full[key] = arr
     return full

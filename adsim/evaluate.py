@@ -31,11 +31,12 @@ def score(backbone, head, samples, *, clip_norm: bool, device, precision: str = 
     """``{"scores": (n,), "labels": (n,), "maps": (n, S, S) or None, "masks": ...}`` as NumPy.
     Under torchrun each rank scores ``samples[rank::size]`` and every rank gets all ``n`` results."""
     spec = backbone.spec
-    loader = torch.utils.data.DataLoader(D.ImageDataset(DD.shard(samples), spec.image_size, clip_norm=clip_norm),
+    part = DD.shard(samples)  # [distributed] all samples with one process
+    loader = torch.utils.data.DataLoader(D.ImageDataset(part, spec.image_size, clip_norm=clip_norm),
                                          batch_size=batch_size, shuffle=False)
     out = score_batches(head, loader, lambda x: features(backbone, head, x), grid=spec.grid,
                         size=spec.image_size, device=device, amp=autocast_dtype(precision, device),
-                        maps=maps, progress=progress and DD.is_main(), desc=desc)
+                        maps=maps, progress=progress and DD.is_main(), desc=desc) if part else None
     return DD.gather_arrays(out, len(samples))
 
 

@@ -51,8 +51,15 @@ def _head(run):
 
 
 def _children(pid):
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:  # field 4 of /proc/PID/stat: the parent's pid
+            kids.append(int(stat.parent.name))
+    return kids
 
 
 def _rank_pid(agent_pid, rank):
