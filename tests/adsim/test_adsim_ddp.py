@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -188,3 +189,19 @@ def test_bad_input_world_size_and_cuda(toy_root, tmp_path, capsys):
     assert main([*_common(toy_root, tmp_path / "r"), "--device", "cuda"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: device 'cuda' requested but CUDA is not available"]
+
+
+@pytest.mark.parametrize("n, size", [(7, 3), (2, 3), (4, 2)])
+def test_sharded_scores_are_reassembled_in_order(monkeypatch, n, size):
+    """``shard`` + ``gather_arrays`` (evaluation) put every item back at its place, also when some ranks
+    have no item at all (n < size). The collective is replaced by the list it would deliver."""
+    items = list(range(n))
+    shares = []
+    for r in range(size):
+        monkeypatch.setattr(DD, "world", lambda r=r: DD.World(r, size, r))
+        shares.append(DD.shard(items))
+    assert sorted(sum(shares, [])) == items  # every item scored exactly once
+    outs = [{"scores": np.array(s, dtype=float) * 10, "maps": None} if s else None for s in shares]
+    monkeypatch.setattr(DD.dist, "all_gather_object", lambda parts, obj: parts.__setitem__(slice(None), outs))
+    full = DD.gather_arrays(outs[-1], n)  # the last rank, whose share may be empty
+    assert full["maps"] is None and full["scores"].tolist() == [10.0 * i for i in items]
