@@ -5,11 +5,13 @@ open_clip ViT. Its centroid gates and updates are ``poolsim._core`` run on torch
 CLI: ``python -m adsim {make-toy-bmad,train,eval,protocol,sweep,figures}``. ``protocol`` runs the
 leave-one-out domain-addition protocol with the DA score on real images or on the SIMULATED token
 features of ``adsim.sim`` (CPU); ``figures`` draws its figures and table, with the paper's numbers
-(``adsim.reference``) beside them, never mixed.
+(``adsim.reference``) beside them, never mixed. ``train`` runs data-parallel under torchrun
+(``adsim.distributed``) and can cache the frozen trunk (``adsim.cache``).
 """
 from .backbone import BACKBONES as BACKBONES
 from .backbone import RandomWeightsWarning as RandomWeightsWarning
 from .backbone import build_backbone as build_backbone
+from .cache import build_trunk_cache as build_trunk_cache
 from .data import DOMAINS as DOMAINS
 from .data import MASKED as MASKED
 from .evaluate import evaluate as evaluate

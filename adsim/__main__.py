@@ -60,9 +60,13 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--num-workers", type=int, default=0)
     tr.add_argument("--resume", action="store_true")
     tr.add_argument("--no-progress", dest="progress", action="store_false")
+    tr.add_argument("--trunk-cache", action="store_true",
+                    help="compute the frozen trunk's tokens once and keep them in RAM (same result, faster epochs)")
+    _dist_args(tr)
 
     ev = sub.add_parser("eval", help="write RUN/metrics.json for the target's test split")
-    ev.add_argument("--run", required=True)
+    ev.add_argument("--run", "--run-dir", dest="run", required=True,
+                    help="run folder (spell it --run-dir under torchrun, whose own --run-path swallows --run)")
     ev.add_argument("--data", required=True)
     ev.add_argument("--target", default=None, help="default: the run's target")
     ev.add_argument("--checkpoint", choices=("auto", "last", "best"), default="auto")
@@ -73,13 +77,23 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--device", default="auto")
     ev.add_argument("--no-progress", dest="progress", action="store_false")
+    _dist_args(ev)
     _protocol_cli.add_parsers(sub)
     return p
+
+
+def _dist_args(p) -> None:
+    p.add_argument("--dist-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="under torchrun: fail (instead of hanging) when a collective waits longer than this")
 
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command in ("train", "eval"):  # torchrun: join the process group (no-op otherwise)
+            from . import distributed
+            distributed.setup(args.device, args.dist_timeout)
+
         if args.command == "make-toy-bmad":
             from .toy import make_toy_bmad
             root = make_toy_bmad(args.dir, n_per_class=args.n_per_class, size=args.size, seed=args.seed)
@@ -102,16 +116,32 @@ def main(argv=None) -> int:
             if select == "test":
                 print("WARNING: --select-on-test selects the checkpoint on the TARGET's test set "
                       "(authors' protocol): the result is optimistic and not zero-shot", file=sys.stderr)
-            print(f"run written to {train(cfg, resume=args.resume, progress=args.progress)}")
+            out = train(cfg, resume=args.resume, progress=args.progress, trunk_cache=args.trunk_cache)
+            if distributed.is_main():
+                print(f"run written to {out}")
         else:
             from .evaluate import evaluate
             metrics = evaluate(args.run, args.data, args.target, checkpoint=args.checkpoint,
                                smooth_sigma=args.smooth_sigma, batch_size=args.batch_size, device=args.device,
                                progress=args.progress, scoring=args.score)
-            print(json.dumps(metrics, indent=2))
+            if distributed.is_main():
+                print(json.dumps(metrics, indent=2))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except RuntimeError as err:
+        from . import distributed
+        w = distributed.world()
+        if w.size == 1:
+            raise
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"error: rank {w.rank} of {w.size}: distributed training failed -- a peer process died, or a "
+              f"collective waited longer than --dist-timeout {args.dist_timeout:g} s ({first})", file=sys.stderr)
+        return 1
+    finally:
+        if args.command in ("train", "eval"):
+            from . import distributed
+            distributed.shutdown()
     return 0
 
 

@@ -20,6 +20,7 @@ from sklearn.metrics import roc_auc_score
 from tqdm.auto import tqdm
 
 from . import data as D
+from . import distributed as DD
 from ._io import autocast_dtype, read_json, resolve_device, write_json
 from .backbone import build_backbone, fingerprint
 from .head import DEFAULT_SCORE, anomaly_maps, check_score, features, image_scores, text_embeddings
@@ -30,13 +31,16 @@ CHECKPOINTS = ("auto", "last", "best")
 @torch.no_grad()
 def score(backbone, head, samples, *, clip_norm: bool, device, precision: str = "auto", batch_size: int = 16,
           maps: bool = False, progress: bool = False, desc: str = "scoring", scoring: str = DEFAULT_SCORE) -> dict:
-    """``{"scores": (n,), "labels": (n,), "maps": (n, S, S) or None, "masks": ...}`` as NumPy."""
+    """``{"scores": (n,), "labels": (n,), "maps": (n, S, S) or None, "masks": ...}`` as NumPy.
+    Under torchrun each rank scores ``samples[rank::size]`` and every rank gets all ``n`` results."""
     spec = backbone.spec
-    loader = torch.utils.data.DataLoader(D.ImageDataset(samples, spec.image_size, clip_norm=clip_norm),
+    part = DD.shard(samples)  # [distributed] all samples with one process
+    loader = torch.utils.data.DataLoader(D.ImageDataset(part, spec.image_size, clip_norm=clip_norm),
                                          batch_size=batch_size, shuffle=False)
-    return score_batches(head, loader, lambda x: features(backbone, head, x), grid=spec.grid,
-                         size=spec.image_size, device=device, amp=autocast_dtype(precision, device),
-                         maps=maps, progress=progress, desc=desc, scoring=scoring)
+    out = score_batches(head, loader, lambda x: features(backbone, head, x), grid=spec.grid,
+                        size=spec.image_size, device=device, amp=autocast_dtype(precision, device),
+                        maps=maps, progress=progress and DD.is_main(), desc=desc, scoring=scoring) if part else None
+    return DD.gather_arrays(out, len(samples))
 
 
 @torch.no_grad()
@@ -165,5 +169,7 @@ def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", 
                               "optimistic, NOT a zero-shot result")
     if not backbone.spec.pretrained:
         metrics["warning_weights"] = "random backbone weights: AUCs are meaningless (test/timing run)"
-    write_json(Path(run) / "metrics.json", metrics)
+    if DD.is_main():
+        write_json(Path(run) / "metrics.json", metrics)
+    DD.barrier()
     return metrics

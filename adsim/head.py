@@ -138,27 +138,48 @@ def features(backbone: Backbone, head: Head, images: torch.Tensor) -> Features:
     """Interleaved forward: frozen blocks, adapters after the adapter blocks, then VACA and scoring.
 
     ``images: (B, 3, S, S)`` normalised. Raises ``ValueError`` on a wrong image size or on NaN/inf
-    features (one host sync per call).
+    features (one host sync per call). Equal to
+    ``_score(head, *adapter_bottlenecks(backbone, head, trunk_tokens(backbone, images)))``.
     """
+    return _score(head, *adapter_bottlenecks(backbone, head, trunk_tokens(backbone, images)))
+
+
+def _blocks(backbone: Backbone, x, blocks):
+    batch_first = getattr(backbone.model.visual.transformer, "batch_first", True)
+    for blk in blocks:
+        x = blk(x) if batch_first else blk(x.transpose(0, 1)).transpose(0, 1)
+    return x
+
+
+def trunk_tokens(backbone: Backbone, images: torch.Tensor) -> torch.Tensor:
+    """``(B, 1 + N, W)``: the tokens entering the first adapter, i.e. the output of the frozen blocks
+    ``0 .. spec.adapter_layers[0]``. No adapter acts before them, so they depend on the image only (the
+    frozen-trunk cache of ``adsim.cache`` stores them)."""
     spec = backbone.spec
     if images.ndim != 4 or images.shape[1] != 3 or tuple(images.shape[2:]) != (spec.image_size,) * 2:
         raise ValueError(f"images must have shape (B, 3, {spec.image_size}, {spec.image_size}), "
                          f"got {tuple(images.shape)}")
     visual = backbone.model.visual
-    blocks = visual.transformer.resblocks
-    batch_first = getattr(visual.transformer, "batch_first", True)
     x = visual._embeds(images)  # (B, 1 + N, W): patch embedding, class token, position, ln_pre
+    return _blocks(backbone, x, visual.transformer.resblocks[: spec.adapter_layers[0] + 1])
+
+
+def adapter_bottlenecks(backbone: Backbone, head: Head, x: torch.Tensor) -> tuple:
+    """From :func:`trunk_tokens` ``x: (B, 1 + N, W)`` on: adapters after each adapter block (the
+    residual stream continues as ``0.8 x + 0.1 seg + 0.1 det``) and the later frozen blocks. Returns
+    ``(seg_mid, det_mid)``, each ``L x (B, N, E)`` patch-token bottlenecks (input of :func:`_score`)."""
+    layers = backbone.spec.adapter_layers
+    blocks = backbone.model.visual.transformer.resblocks
     seg_mid, det_mid = [], []
-    for i, blk in enumerate(blocks[: spec.adapter_layers[-1] + 1]):
-        x = blk(x) if batch_first else blk(x.transpose(0, 1)).transpose(0, 1)
-        if i in spec.adapter_layers:
-            k = len(seg_mid)
-            s_mid, s_out = head.seg_adapters[k](x)
-            d_mid, d_out = head.det_adapters[k](x)
-            x = 0.8 * x + 0.1 * s_out + 0.1 * d_out
-            seg_mid.append(s_mid[:, 1:])
-            det_mid.append(d_mid[:, 1:])
-    return _score(head, seg_mid, det_mid)
+    for k, i in enumerate(layers):
+        if k:
+            x = _blocks(backbone, x, blocks[layers[k - 1] + 1: i + 1])
+        s_mid, s_out = head.seg_adapters[k](x)
+        d_mid, d_out = head.det_adapters[k](x)
+        x = 0.8 * x + 0.1 * s_out + 0.1 * d_out
+        seg_mid.append(s_mid[:, 1:])
+        det_mid.append(d_mid[:, 1:])
+    return seg_mid, det_mid
 
 
 def features_from_tokens(head: Head, tokens: torch.Tensor) -> Features:

@@ -20,10 +20,11 @@ from tqdm.auto import tqdm
 from poolsim import _core
 
 from . import data as D
+from . import distributed as DD
 from . import losses as L
 from ._io import autocast_dtype, read_json, resolve_device, save_torch, write_json
 from .backbone import build_backbone, fingerprint
-from .head import Head, features, prompt_ensemble, text_embeddings
+from .head import Head, _score, adapter_bottlenecks, prompt_ensemble, text_embeddings, trunk_tokens
 
 METHODS = ("naive", "match")
 SELECTIONS = ("last", "heldout", "test")
@@ -137,10 +138,12 @@ def objective(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
 
 
 def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, grid: int, device, amp, *,
-                desc: str = "epoch", progress: bool = False) -> dict:
-    """One pass over ``batches`` (dicts with ``image``, ``mask``, ``has_mask``, ``label``): forward,
-    :func:`objective`, one backward pass, gradient clipping, optimizer step. ``forward(x) -> Features``
-    is the image path (:func:`adsim.head.features`) or the token path (``features_from_tokens``).
+                desc: str = "epoch", progress: bool = False, gather=None) -> dict:
+    """One pass over ``batches`` (dicts with ``image`` -- the model input: images, or tokens --,
+    ``mask``, ``has_mask``, ``label``): forward, :func:`objective`, one backward pass, gradient
+    clipping, optimizer step. ``forward(x) -> Features`` is the image path (:func:`adsim.head.features`)
+    or the token path (``features_from_tokens``). Data-parallel (``adsim.distributed``): ``forward``
+    returns the features of the global batch and ``gather(batch)`` the global batch's labels and masks.
     Returns ``{"steps": n, loss name: mean over steps}``."""
     head.train()
     sums, steps = {}, 0
@@ -149,6 +152,8 @@ def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, gri
         batch = _batch_to(batch, device)
         with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
             feats = forward(batch["image"])
+        if gather is not None:  # data-parallel: the loss is computed on the global batch
+            batch = gather(batch)
         loss, parts = objective(cfg, head, feats, batch, grid)
         opt.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()  # the single backward pass of the step
@@ -183,11 +188,18 @@ def _batch_to(batch, device):
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> Path:
-    """Train and checkpoint under ``cfg.out``; returns the run folder."""
+def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trunk_cache: bool = False) -> Path:
+    """Train and checkpoint under ``cfg.out``; returns the run folder.
+
+    Under torchrun, data-parallel (``adsim.distributed``; ``cfg.batch_size`` is the global batch).
+    ``trunk_cache``: compute the frozen trunk's tokens once and train from them (``adsim.cache``;
+    same result, less time per epoch, RAM for the cache)."""
     from .evaluate import selection_score  # evaluate imports train's helpers
 
     cfg = validate(cfg)
+    ddp = DD.setup(cfg.device)  # [distributed] world size 1 without torchrun
+    local_batch = DD.local_batch_size(cfg.batch_size, ddp)
+    progress = progress and ddp.rank == 0
     out = Path(cfg.out)
     last = out / "checkpoint_last.pt"
     if last.exists() and not resume:
@@ -201,7 +213,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> P
         if diff:
             raise ValueError(f"--resume with a different configuration ({diff}); only --epochs may change")
     _seed_everything(cfg.seed)
-    device = resolve_device(cfg.device)
+    device = DD.local_device(resolve_device(cfg.device), ddp)
     amp = autocast_dtype(cfg.precision, device)
     backbone = build_backbone(cfg.backbone, image_size=cfg.image_size, checkpoint=cfg.checkpoint,
                               quick_gelu=cfg.quick_gelu, seed=cfg.seed, device=device)
@@ -221,7 +233,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> P
         D.require_both_classes(selection, f"selection set ({cfg.select})")
     record = _jsonable(_config_record(cfg, backbone, prompts))
     record["n_train_images"] = len(samples)
-    write_json(out / "config.json", record)
+    if ddp.rank == 0:
+        write_json(out / "config.json", record)
 
     start, history, best = 0, [], None
     if resume:
@@ -231,23 +244,35 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True) -> P
         scaler.load_state_dict(ckpt["scaler"])
         start, history, best = ckpt["epoch"] + 1, ckpt["history"], ckpt["best"]
     dataset = D.ImageDataset(samples, spec.image_size, clip_norm=cfg.clip_norm)
+    if trunk_cache and start < cfg.epochs:
+        from .cache import build_trunk_cache
+        dataset = build_trunk_cache(backbone, dataset, device=device, amp=amp, batch_size=local_batch,
+                                    num_workers=cfg.num_workers, progress=progress)
+        per_rank = lambda h, x: adapter_bottlenecks(backbone, h, x)  # noqa: E731
+    else:
+        per_rank = lambda h, x: adapter_bottlenecks(backbone, h, trunk_tokens(backbone, x))  # noqa: E731
+    forward = DD.data_parallel(head, per_rank, _score, device)
     for epoch in range(start, cfg.epochs):
         # shuffling depends only on (seed, epoch): a resumed run sees the same order
-        gen = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
-        loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, generator=gen,
+        loader = torch.utils.data.DataLoader(dataset, batch_size=local_batch,
+                                             sampler=DD.sampler(dataset, cfg.seed * 100_003, epoch, ddp),
                                              num_workers=cfg.num_workers, pin_memory=device.type == "cuda")
-        entry = {"epoch": epoch, **train_epoch(cfg, head, opt, scaler, loader,
-                                                lambda x: features(backbone, head, x), spec.grid, device, amp,
-                                                desc=f"epoch {epoch + 1}/{cfg.epochs}", progress=progress)}
+        entry = {"epoch": epoch, **train_epoch(cfg, head, opt, scaler, loader, forward, spec.grid, device, amp,
+                                                desc=f"epoch {epoch + 1}/{cfg.epochs}", progress=progress,
+                                                gather=DD.gather_dict if ddp.size > 1 else None)}
+        DD.check_in_sync(head)
         if selection:
             entry["selection_score"] = selection_score(backbone, head, selection, cfg, device)
             if best is None or entry["selection_score"] > best["score"]:
                 best = {"epoch": epoch, "score": entry["selection_score"]}
-                save_torch(out / "checkpoint_best.pt", {"epoch": epoch, "head": head.state_dict()})
+                if ddp.rank == 0:
+                    save_torch(out / "checkpoint_best.pt", {"epoch": epoch, "head": head.state_dict()})
         history.append(entry)
-        save_torch(last, {"epoch": epoch, "head": head.state_dict(), "optimizer": opt.state_dict(),
-                          "scaler": scaler.state_dict(), "history": history, "best": best})
-        write_json(out / "history.json", {"history": history, "best": best, "select": cfg.select})
+        if ddp.rank == 0:  # [distributed] one writer; every rank holds the same state
+            save_torch(last, {"epoch": epoch, "head": head.state_dict(), "optimizer": opt.state_dict(),
+                              "scaler": scaler.state_dict(), "history": history, "best": best})
+            write_json(out / "history.json", {"history": history, "best": best, "select": cfg.select})
+    DD.barrier()  # the files exist for every rank when train() returns
     return out
 
 
