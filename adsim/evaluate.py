@@ -17,7 +17,7 @@ from sklearn.metrics import roc_auc_score
 from tqdm.auto import tqdm
 
 from . import data as D
-from ._io import autocast_dtype, read_json, resolve_device, write_json
+from ._io import autocast_dtype, load_torch, read_json, resolve_device, write_json
 from .backbone import build_backbone, fingerprint
 from .head import anomaly_maps, features, image_scores, text_embeddings
 
@@ -117,7 +117,7 @@ def load_run(run, *, checkpoint: str = "auto", device: str = "auto"):
                          f"{record['backbone_fingerprint']}): wrong --checkpoint or a changed file")
     head = make_head(cfg, backbone.spec.width, backbone.spec.embed_dim,
                      text_embeddings(backbone, record["prompts"])).to(dev)
-    ckpt = torch.load(path, map_location=dev, weights_only=False)
+    ckpt = load_torch(path, map_location=dev)
     try:
         head.load_state_dict(ckpt["head"])
     except (RuntimeError, KeyError) as err:

@@ -58,21 +58,22 @@ def _move(c, f, alpha, update):
     return _core.ema_update(c, f, alpha) if update == "ema" else _core.slerp_update(c, f, alpha)
 
 
-def _gate(f, c_pos, c_neg, init_pos, init_neg, metric):
-    """0/1 ``(accept_as_normal_if_normal, accept_as_anomaly_if_anomaly)`` for ``f: (..., d)``."""
+def _gate(f, c_pos, c_neg, init_pos, init_neg, metric, tau=None):
+    """0/1 ``(accept_as_normal_if_normal, accept_as_anomaly_if_anomaly)`` for ``f: (..., d)``.
+    ``tau=None``: adaptive (own centroid strictly closer); a number: fixed radius ``d_own < tau``."""
     d_pos = _core.distance(f, c_pos, metric)
     d_neg = _core.distance(f, c_neg, metric)
     inf = torch.full_like(d_pos, float("inf"))
     d_pos_eff = torch.where(init_pos > 0, d_pos, inf)   # uninitialised centroid: infinitely far
     d_neg_eff = torch.where(init_neg > 0, d_neg, inf)
     # own centroid strictly closer (d_own = tau = min(d+, d-) < d_other); own uninitialised: accept
-    ok_pos = torch.where(init_pos > 0, _core.gate(d_pos, d_neg_eff), torch.ones_like(d_pos))
-    ok_neg = torch.where(init_neg > 0, _core.gate(d_neg, d_pos_eff), torch.ones_like(d_neg))
+    ok_pos = torch.where(init_pos > 0, _core.gate(d_pos, d_neg_eff if tau is None else tau), torch.ones_like(d_pos))
+    ok_neg = torch.where(init_neg > 0, _core.gate(d_neg, d_pos_eff if tau is None else tau), torch.ones_like(d_neg))
     return ok_pos, ok_neg
 
 
 def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
-          mode: str = "batched", alpha: float = 0.5, update: str = "ema") -> Matched:
+          mode: str = "batched", alpha: float = 0.5, update: str = "ema", tau: float | None = None) -> Matched:
     """Gate features and update the two centroids.
 
     ``f: (n, d)`` features (normalised here), ``y: (n,)`` 1 = anomaly / 0 = normal, ``valid: (n,)``
@@ -84,7 +85,7 @@ def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geode
     y, valid = y.to(f.dtype), valid.to(f.dtype)
     is_pos, is_neg = (1.0 - y) * valid, y * valid
     if mode == "batched":
-        ok_pos, ok_neg = _gate(f, c_pos, c_neg, init_pos, init_neg, metric)
+        ok_pos, ok_neg = _gate(f, c_pos, c_neg, init_pos, init_neg, metric, tau)
         acc_pos, acc_neg = ok_pos * is_pos, ok_neg * is_neg
         new = []
         for c, acc, init in ((c_pos, acc_pos, init_pos), (c_neg, acc_neg, init_neg)):
@@ -96,7 +97,7 @@ def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geode
         return Matched(c_pos, c_neg, acc_pos, acc_neg, init_pos, init_neg)
     acc_pos, acc_neg = [], []
     for j in range(f.shape[0]):  # Algorithm 1 literally; no host sync inside the loop
-        ok_pos, ok_neg = _gate(f[j], c_pos, c_neg, init_pos, init_neg, metric)
+        ok_pos, ok_neg = _gate(f[j], c_pos, c_neg, init_pos, init_neg, metric, tau)
         a_pos, a_neg = ok_pos * is_pos[j], ok_neg * is_neg[j]
         c_pos = a_pos * _move(c_pos, f[j], alpha, update) + (1.0 - a_pos) * c_pos
         c_neg = a_neg * _move(c_neg, f[j], alpha, update) + (1.0 - a_neg) * c_neg
@@ -115,12 +116,12 @@ class CentroidBank(torch.nn.Module):
     """
 
     def __init__(self, n_slots: int, dim: int, *, metric: str = "geodesic", mode: str = "batched",
-                 alpha: float = 0.5, update: str = "ema"):
+                 alpha: float = 0.5, update: str = "ema", tau: float | None = None):
         super().__init__()
         _validate(metric, mode, update)
         if not 0.0 < alpha < 1.0:
             raise ValueError(f"EMA factor alpha must be in (0, 1), got {alpha!r}")
-        self.metric, self.mode, self.alpha, self.update = metric, mode, alpha, update
+        self.metric, self.mode, self.alpha, self.update, self.tau = metric, mode, alpha, update, tau
         self.register_buffer("c_pos", torch.zeros(n_slots, dim))
         self.register_buffer("c_neg", torch.zeros(n_slots, dim))
         self.register_buffer("init_pos", torch.zeros(n_slots))
@@ -130,7 +131,7 @@ class CentroidBank(torch.nn.Module):
         """``Matched`` with a leading slot axis ``S`` on every field."""
         sl = slice(start, start + f.shape[0])
         state = (self.c_pos[sl], self.c_neg[sl], self.init_pos[sl], self.init_neg[sl])
-        run = partial(match, metric=self.metric, mode=self.mode, alpha=self.alpha, update=self.update)
+        run = partial(match, metric=self.metric, mode=self.mode, alpha=self.alpha, update=self.update, tau=self.tau)
         if self.mode == "batched":
             out = torch.func.vmap(run, in_dims=(0, None, None, 0, 0, 0, 0))(f, y, valid, *state)
         else:  # Algorithm 1's feature loop cannot be vectorised; slots one after the other

@@ -45,7 +45,7 @@ def _split_batches(split: S.Split, batch_size: int, order=None):
     for i in range(0, n, batch_size):
         j = idx[i:i + batch_size]
         yield {"image": split.tokens[j], "label": split.labels[j], "mask": split.masks[j],
-               "has_mask": split.has_mask[j]}
+               "has_mask": split.has_mask[j], "pixel_domain": split.pixel_domain[j]}
 
 
 def _concat(splits: list) -> S.Split:
