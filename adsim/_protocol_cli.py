@@ -42,7 +42,9 @@ def add_parsers(sub) -> None:
     _common(sw)
 
     fg = sub.add_parser("figures", help="ad_final, ad_ablation, ad_modality_gap, ad_variance, ad_table.md")
-    fg.add_argument("--from", dest="src", required=True, help="a protocol --out folder")
+    fg.add_argument("--from", dest="src", required=True, nargs="+",
+                    help="a protocol --out folder; several (one per recipe): OUT/<recipe>/ each and "
+                         "OUT/recipes_summary.md")
     fg.add_argument("--sweep", default=None, help="a sweep --out folder (adds ad_sensitivity)")
     fg.add_argument("--out", required=True)
 
@@ -91,9 +93,24 @@ def main(args) -> str:
     from . import sources
     check_writable(args.out)  # before any work
     if args.command == "figures":
-        from .figures import make_figures
-        written = make_figures(args.src, args.out, sweep_dir=args.sweep)
-        return f"wrote {len(written)} files to {args.out}: {', '.join(p.name for p in written)}"
+        from pathlib import Path
+
+        from ._io import _atomic, read_json
+        from .figures import make_figures, recipes_summary
+        if len(args.src) == 1:
+            written = make_figures(args.src[0], args.out, sweep_dir=args.sweep)
+            return f"wrote {len(written)} files to {args.out}: {', '.join(p.name for p in written)}"
+        runs = {}
+        for src in args.src:
+            rec = read_json(Path(src, "protocol.json")) if Path(src, "protocol.json").is_file() else {}
+            name = (rec.get("recipe") or {}).get("name", Path(src).name)
+            if name in runs:
+                raise ValueError(f"two --from folders run the recipe {name!r}: {runs[name]} and {src}")
+            runs[name] = src
+        written = [p for name, src in runs.items() for p in make_figures(src, Path(args.out, name))]
+        written.append(_atomic(Path(args.out, "recipes_summary.md"),
+                               lambda fh: fh.write(recipes_summary(runs).encode())))
+        return f"wrote {len(written)} files under {args.out} ({', '.join(runs)}; recipes_summary.md)"
     seeds = args.seeds if args.seeds is not None else (QUICK["seeds"] if args.quick else 3)
     if args.command == "sweep":
         from .sweep import sweep

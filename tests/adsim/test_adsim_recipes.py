@@ -201,3 +201,57 @@ def test_corrupt_config_and_checkpoint_name_the_file(tmp_path, capsys):
     (run / "checkpoint_last.pt").write_bytes(b"\x00garbage")
     with pytest.raises(ValueError, match=f"checkpoint {run / 'checkpoint_last.pt'} is corrupt"):
         load_torch(run / "checkpoint_last.pt")
+
+
+# ---- verdicts, shared metric cells, recipe summary ------------------------------------------------
+
+def test_verdict_interval_is_scipys_one_sample_t_interval():
+    from scipy import stats
+
+    from adsim import _verdict as V
+    rng = __import__("numpy").random.default_rng(0)
+    d = rng.normal(0.3, 1.0, 40)
+    v = V.decide(d)
+    ci = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)  # independent implementation
+    assert math.isclose(v.ci_low, ci.low, rel_tol=1e-9) and math.isclose(v.ci_high, ci.high, rel_tol=1e-9)
+    assert V.decide(d + 5.0).verdict == V.HOLDS and V.decide(d - 5.0).verdict == V.DOES_NOT_HOLD
+    assert V.decide(d - 5.0, side="less").verdict == V.HOLDS
+    assert V.decide(d - d.mean()).verdict == V.INCONCLUSIVE  # interval around the threshold
+    few = V.decide(d[:29] + 5.0)
+    assert few.verdict == V.INCONCLUSIVE and math.isnan(few.ci_low)  # fewer than 30 pairs: no interval
+    with pytest.raises(ValueError, match="paired"):
+        V.decide(d, d[:3])
+
+
+def test_protocol_computes_provably_identical_metrics_once(tmp_path):
+    from adsim import protocol as P
+    from adsim import sim as S
+    from adsim import sources
+    params = S.validate(S.SimParams(n_train=4, n_test=6, n_layers=1))
+    src = sources.simulated(params, 0)
+    for name, over, shared in (("geo", {"loss_metric": "geodesic"}, True), ("clean", {}, False)):
+        rec = R.as_dict(dataclasses.replace(R.override(R.get("clean"), **over), name=name))
+        st = P.Settings(data="simulated", sim=params._asdict(), epochs=1, batch_size=16, lr=3e-3, recipe=rec)
+        out = tmp_path / name
+        P.run(out, lambda s: src, st, targets=["Chest"], methods=["match-l2", "match-geodesic"],
+              orders=["hardest"], seeds=1, progress=False)
+        l2 = json.loads((out / "cells" / "Chest__match-l2__hardest__cumulative__s0.json").read_text())
+        geo = json.loads((out / "cells" / "Chest__match-geodesic__hardest__cumulative__s0.json").read_text())
+        eq = json.loads((out / "protocol.json").read_text())["metric_equivalence"]
+        if shared:
+            assert l2["shared_with"] == "match-geodesic" and l2["rows"] == geo["rows"]
+            assert eq["copies"] == {"match-l2": "match-geodesic"} and "increasing functions" in eq["why"]
+        else:
+            assert "shared_with" not in l2 and eq is None
+    figs = tmp_path / "figs"
+    assert main(["figures", "--from", str(tmp_path / "geo"), str(tmp_path / "clean"), "--out", str(figs)]) == 0
+    summary = (figs / "recipes_summary.md").read_text()
+    assert "| claim | geo | clean |" in summary and "identical by construction" in summary
+    assert (figs / "geo" / "ad_table.md").is_file() and (figs / "clean" / "ad_table.md").is_file()
+
+
+def test_simulator_default_test_set_has_power():
+    from adsim import sim as S
+    # Hanley-McNeil standard error of an AUC near 0.5 with n per class: sqrt((1/12)(2/n)) <= 1.3 points
+    n = S.SimParams().n_test
+    assert n >= 1000 and 100 * math.sqrt((1 / 12) * (2 / n)) <= 1.3
