@@ -255,3 +255,16 @@ def test_simulator_default_test_set_has_power():
     # Hanley-McNeil standard error of an AUC near 0.5 with n per class: sqrt((1/12)(2/n)) <= 1.3 points
     n = S.SimParams().n_test
     assert n >= 1000 and 100 * math.sqrt((1 / 12) * (2 / n)) <= 1.3
+
+
+def test_fixed_tau_gate_separates_the_metrics_that_the_adaptive_gate_cannot():
+    from adsim.matching import match
+    # f at angle 0.5 rad from c+ (and far from c-): geodesic 0.5, l2 = 2 sin(0.25) = 0.4948 (closed forms)
+    f = torch.tensor([[math.cos(0.5), math.sin(0.5), 0.0]])
+    c_pos, c_neg, one = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 0.0, 1.0]), torch.tensor(1.0)
+    y, valid = torch.zeros(1), torch.ones(1)
+
+    def accepted(metric, tau):
+        return float(match(f, y, valid, c_pos, c_neg, one, one, metric=metric, tau=tau).acc_pos[0])
+    assert accepted("geodesic", None) == accepted("l2", None) == 1.0  # adaptive: own centroid closer
+    assert accepted("l2", 0.497) == 1.0 and accepted("geodesic", 0.497) == 0.0  # fixed radius: they differ
