@@ -4,11 +4,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from poolsim import _core
 
 from . import _protocol_cli
 from . import data as D
+from . import recipes as R
+from ._io import check_writable, read_json
 from .backbone import BACKBONES
 from .head import SCORES
 
@@ -27,28 +30,31 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--data", required=True)
     tr.add_argument("--target", required=True, help=f"one of {D.DOMAINS}")
     tr.add_argument("--out", required=True, help="run folder")
+    tr.add_argument("--recipe", default="clean", help=f"one of {R.names()} (docs/recipes.md); the flags "
+                    "below only override its fields")
+    tr.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                    help=f"override any recipe field, of {tuple(f for f in R.FIELDS if f != 'name')}")
     tr.add_argument("--train-domains", nargs="+", default=None)
-    tr.add_argument("--train-splits", nargs="+", default=["valid", "test"])
+    tr.add_argument("--train-splits", nargs="+", default=None)
     tr.add_argument("--backbone", default="ViT-L-14-336", help=f"one of {tuple(BACKBONES)}")
     tr.add_argument("--checkpoint", default=None,
                     help="local weights: an open_clip state dict or OpenAI's TorchScript file, e.g. "
                          "ViT-L-14-336px.pt (none: random, warned)")
     tr.add_argument("--image-size", type=int, default=None)
     tr.add_argument("--no-quick-gelu", dest="quick_gelu", action="store_false")
-    tr.add_argument("--no-clip-norm", dest="clip_norm", action="store_false",
+    tr.add_argument("--no-clip-norm", dest="clip_norm", action="store_const", const=False, default=None,
                     help="skip CLIP mean/std normalisation (as the authors did)")
-    tr.add_argument("--epochs", type=int, default=10)
-    tr.add_argument("--batch-size", type=int, default=16)
-    tr.add_argument("--lr", type=float, default=1e-4)
+    tr.add_argument("--epochs", type=int, default=None)
+    tr.add_argument("--batch-size", type=int, default=None)
+    tr.add_argument("--lr", type=float, default=None)
     tr.add_argument("--grad-clip", type=float, default=1.0)
-    tr.add_argument("--method", choices=("naive", "match"), default="match")
-    tr.add_argument("--metric", choices=_core.METRICS, default="geodesic")
-    tr.add_argument("--gate-mode", choices=("batched", "sequential"), default="batched")
-    tr.add_argument("--update", choices=("ema", "slerp"), default="ema")
-    tr.add_argument("--vaca", action=argparse.BooleanOptionalAction, default=True)
-    for name, default in (("gamma", 1.0), ("beta-dice", 1.0), ("beta-focal", 1.0), ("beta-bce", 1.0),
-                          ("lambda-intra", 1.0), ("lambda-inter", 0.1), ("lambda-var", 0.1)):
-        tr.add_argument(f"--{name}", type=float, default=default)
+    tr.add_argument("--method", default=None, help=f"one of {R.CHOICES['method']}")
+    tr.add_argument("--metric", default=None, help=f"one of {_core.METRICS}")
+    tr.add_argument("--gate-mode", default=None, help=f"one of {R.CHOICES['gate_mode']}")
+    tr.add_argument("--update", default=None, help=f"one of {R.CHOICES['update']}")
+    tr.add_argument("--vaca", action=argparse.BooleanOptionalAction, default=None)
+    for name in ("gamma", "beta-dice", "beta-focal", "beta-bce", "lambda-intra", "lambda-inter", "lambda-var"):
+        tr.add_argument(f"--{name}", type=float, default=None)
     sel = tr.add_mutually_exclusive_group()
     sel.add_argument("--select-heldout", type=float, default=None, metavar="FRAC",
                      help="select the checkpoint on FRAC held-out data of the TRAINING domains")
@@ -70,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--data", required=True)
     ev.add_argument("--target", default=None, help="default: the run's target")
     ev.add_argument("--checkpoint", choices=("auto", "last", "best"), default="auto")
-    ev.add_argument("--smooth-sigma", type=float, default=4.0)
+    ev.add_argument("--smooth-sigma", type=float, default=None, help="default: the run's recipe (smooth_sigma)")
     ev.add_argument("--score", default=None, choices=SCORES,
                     help="image score / pixel map (default: the run's, else logit_max; authors_prob_mean "
                          "= the released code's mean of probabilities, which saturates)")
@@ -87,6 +93,30 @@ def _dist_args(p) -> None:
                    help="under torchrun: fail (instead of hanging) when a collective waits longer than this")
 
 
+def _train_config(args):
+    """The run's config: ``--recipe``, then ``--set``, then the explicit flags (each only overrides)."""
+    from .train import config_from_recipe
+    select = "test" if args.select_on_test else "heldout" if args.select_heldout else None
+    flags = dict(train_splits=tuple(args.train_splits) if args.train_splits else None, clip_norm=args.clip_norm,
+                 epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, method=args.method,
+                 metric=args.metric, gate_mode=args.gate_mode, update=args.update, vaca=args.vaca,
+                 gamma=args.gamma, beta_dice=args.beta_dice, beta_focal=args.beta_focal, beta_bce=args.beta_bce,
+                 lambda_intra=args.lambda_intra, lambda_inter=args.lambda_inter, lambda_var=args.lambda_var,
+                 select=select)
+    recipe = R.override(R.override(R.get(args.recipe), **R.parse_sets(args.set)), **flags)
+    return config_from_recipe(
+        recipe, data=args.data, target=args.target, out=args.out, train_domains=args.train_domains,
+        backbone=args.backbone, checkpoint=args.checkpoint, image_size=args.image_size,
+        quick_gelu=args.quick_gelu, grad_clip=args.grad_clip, holdout_frac=args.select_heldout or 0.2,
+        seed=args.seed, device=args.device, precision=args.precision, num_workers=args.num_workers)
+
+
+def _smooth_sigma(run) -> float:
+    """The run's recipe value (runs written before recipes existed: 4.0, the old default)."""
+    path = Path(run) / "config.json"
+    return float(read_json(path)["config"].get("smooth_sigma", 4.0)) if path.is_file() else 4.0
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -96,38 +126,36 @@ def main(argv=None) -> int:
 
         if args.command == "make-toy-bmad":
             from .toy import make_toy_bmad
+            check_writable(args.dir, "make-toy-bmad DIR")  # before any work
             root = make_toy_bmad(args.dir, n_per_class=args.n_per_class, size=args.size, seed=args.seed)
             print(f"wrote SIMULATED toy BMAD to {root}")
         elif args.command in ("protocol", "sweep", "figures"):
             print(_protocol_cli.main(args))
         elif args.command == "train":
-            from .train import TrainConfig, train
-            select = "test" if args.select_on_test else "heldout" if args.select_heldout else "last"
-            cfg = TrainConfig(
-                data=args.data, target=args.target, out=args.out, train_domains=args.train_domains,
-                train_splits=tuple(args.train_splits), backbone=args.backbone, checkpoint=args.checkpoint,
-                image_size=args.image_size, quick_gelu=args.quick_gelu, clip_norm=args.clip_norm,
-                epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, grad_clip=args.grad_clip,
-                method=args.method, metric=args.metric, gate_mode=args.gate_mode, update=args.update,
-                vaca=args.vaca, gamma=args.gamma, beta_dice=args.beta_dice, beta_focal=args.beta_focal,
-                beta_bce=args.beta_bce, lambda_intra=args.lambda_intra, lambda_inter=args.lambda_inter,
-                lambda_var=args.lambda_var, select=select, holdout_frac=args.select_heldout or 0.2,
-                seed=args.seed, device=args.device, precision=args.precision, num_workers=args.num_workers)
-            if select == "test":
-                print("WARNING: --select-on-test selects the checkpoint on the TARGET's test set "
+            from .train import train
+            cfg = _train_config(args)
+            check_writable(args.out)  # before any work
+            if cfg.select == "test":
+                print("WARNING: select='test' selects the checkpoint on the TARGET's test set "
                       "(authors' protocol): the result is optimistic and not zero-shot", file=sys.stderr)
             out = train(cfg, resume=args.resume, progress=args.progress, trunk_cache=args.trunk_cache)
             if distributed.is_main():
                 print(f"run written to {out}")
         else:
             from .evaluate import evaluate
+            if Path(args.run, "config.json").is_file():
+                check_writable(args.run, "--run")  # metrics.json goes there
+            sigma = args.smooth_sigma if args.smooth_sigma is not None else _smooth_sigma(args.run)
             metrics = evaluate(args.run, args.data, args.target, checkpoint=args.checkpoint,
-                               smooth_sigma=args.smooth_sigma, batch_size=args.batch_size, device=args.device,
+                               smooth_sigma=sigma, batch_size=args.batch_size, device=args.device,
                                progress=args.progress, scoring=args.score)
             if distributed.is_main():
                 print(json.dumps(metrics, indent=2))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # e.g. a disk that fills during the run: one line, never a traceback
+        print(f"error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
         return 2
     except RuntimeError as err:
         from . import distributed

@@ -5,7 +5,9 @@ import argparse
 import ast
 
 from . import protocol as P
+from . import recipes as R
 from . import sim as S
+from ._io import check_writable
 
 # Training per protocol step, simulated data: chosen once on the NAIVE method's fit to its *training*
 # domains (loss plateau, training-domain AUC in the range of the paper's real AUCs), never on a target
@@ -24,7 +26,7 @@ def add_parsers(sub) -> None:
     pr.add_argument("--targets", nargs="+", default=None, help="default: every available modality")
     pr.add_argument("--methods", nargs="+", default=list(P.METHODS), help=f"of {tuple(P.METHODS)}")
     pr.add_argument("--orders", nargs="+", default=list(P.ORDERS), help=f"of {P.ORDERS}")
-    pr.add_argument("--mode", default="cumulative", help=f"one of {P.MODES}")
+    pr.add_argument("--mode", default=None, help=f"one of {P.MODES} (default: the recipe's protocol_mode)")
     pr.add_argument("--tasks", nargs="+", default=None,
                     help="AC and/or AS (default: AC everywhere, AS where masks exist)")
     pr.add_argument("--seeds", type=int, default=None, help="number of seeds (default 3; --quick: 1)")
@@ -40,12 +42,17 @@ def add_parsers(sub) -> None:
     _common(sw)
 
     fg = sub.add_parser("figures", help="ad_final, ad_ablation, ad_modality_gap, ad_variance, ad_table.md")
-    fg.add_argument("--from", dest="src", required=True, help="a protocol --out folder")
+    fg.add_argument("--from", dest="src", required=True, nargs="+",
+                    help="a protocol --out folder; several (one per recipe): OUT/<recipe>/ each and "
+                         "OUT/recipes_summary.md")
     fg.add_argument("--sweep", default=None, help="a sweep --out folder (adds ad_sensitivity)")
     fg.add_argument("--out", required=True)
 
 
 def _common(p) -> None:
+    p.add_argument("--recipe", default="clean", help=f"one of {R.names()} (docs/recipes.md)")
+    p.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                   help="override recipe fields, e.g. gate_mode=batched loss_metric=geodesic")
     p.add_argument("--quick", action="store_true", help=f"simulated: {QUICK}")
     p.add_argument("--sim", nargs="+", default=[], metavar="NAME=VALUE",
                    help=f"simulator parameters, of {S.SimParams._fields}")
@@ -72,7 +79,9 @@ def sim_params(pairs, quick: bool) -> S.SimParams:
 def _settings(args, data: str, params) -> P.Settings:
     base = SIM_TRAINING if params is not None else REAL_TRAINING
     epochs = args.epochs or (QUICK["epochs"] if args.quick and params is not None else base["epochs"])
-    return P.Settings(data=data, sim=params._asdict() if params is not None else None, epochs=epochs,
+    recipe = R.override(R.get(args.recipe), **R.parse_sets(args.set))
+    return P.Settings(recipe=R.as_dict(recipe),
+                      data=data, sim=params._asdict() if params is not None else None, epochs=epochs,
                       batch_size=args.batch_size or base["batch_size"], lr=args.lr or base["lr"],
                       backbone=getattr(args, "backbone", None) if params is None else None,
                       checkpoint=getattr(args, "checkpoint", None) if params is None else None,
@@ -82,10 +91,26 @@ def _settings(args, data: str, params) -> P.Settings:
 def main(args) -> str:
     """Run one of the three commands; returns a one-line summary. Bad input raises ``ValueError``."""
     from . import sources
+    check_writable(args.out)  # before any work
     if args.command == "figures":
-        from .figures import make_figures
-        written = make_figures(args.src, args.out, sweep_dir=args.sweep)
-        return f"wrote {len(written)} files to {args.out}: {', '.join(p.name for p in written)}"
+        from pathlib import Path
+
+        from ._io import _atomic, read_json
+        from .figures import make_figures, recipes_summary
+        if len(args.src) == 1:
+            written = make_figures(args.src[0], args.out, sweep_dir=args.sweep)
+            return f"wrote {len(written)} files to {args.out}: {', '.join(p.name for p in written)}"
+        runs = {}
+        for src in args.src:
+            rec = read_json(Path(src, "protocol.json")) if Path(src, "protocol.json").is_file() else {}
+            name = (rec.get("recipe") or {}).get("name", Path(src).name)
+            if name in runs:
+                raise ValueError(f"two --from folders run the recipe {name!r}: {runs[name]} and {src}")
+            runs[name] = src
+        written = [p for name, src in runs.items() for p in make_figures(src, Path(args.out, name))]
+        written.append(_atomic(Path(args.out, "recipes_summary.md"),
+                               lambda fh: fh.write(recipes_summary(runs).encode())))
+        return f"wrote {len(written)} files under {args.out} ({', '.join(runs)}; recipes_summary.md)"
     seeds = args.seeds if args.seeds is not None else (QUICK["seeds"] if args.quick else 3)
     if args.command == "sweep":
         from .sweep import sweep
@@ -96,17 +121,20 @@ def main(args) -> str:
     if args.simulate:
         params = sim_params(args.sim, args.quick)
         settings = _settings(args, "simulated", params)
+        mode = args.mode or settings.recipe["protocol_mode"]
         res = P.run(args.out, lambda s: sources.simulated(params, s), settings, targets=args.targets,
-                    methods=args.methods, orders=args.orders, mode=args.mode, seeds=seeds, tasks=args.tasks,
+                    methods=args.methods, orders=args.orders, mode=mode, seeds=seeds, tasks=args.tasks,
                     progress=args.progress)
     else:
         if args.sim:
             raise ValueError("--sim applies to --simulate only")
         settings = _settings(args, str(args.data), None)
+        mode = args.mode or settings.recipe["protocol_mode"]
         src = sources.real(args.data, backbone=args.backbone, checkpoint=args.checkpoint,
-                           image_size=args.image_size)
+                           image_size=args.image_size, clip_norm=settings.recipe["clip_norm"],
+                           smooth_sigma=settings.recipe["smooth_sigma"], prompts=settings.recipe["prompts"])
         res = P.run(args.out, lambda s: src, settings, targets=args.targets, methods=args.methods,
-                    orders=args.orders, mode=args.mode, seeds=seeds, tasks=args.tasks, progress=args.progress,
+                    orders=args.orders, mode=mode, seeds=seeds, tasks=args.tasks, progress=args.progress,
                     domains=src.domains, masked=src.masked)
     return (f"protocol: computed {len(res['computed'])} cells, kept {len(res['skipped'])} finished cells; "
             f"wrote {args.out}/protocol.csv and da.csv")

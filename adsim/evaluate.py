@@ -4,7 +4,7 @@
 head from the run's checkpoint, scores the target's ``test`` split and writes ``RUN/metrics.json``
 atomically. Scores and pixel maps are logits by default (``score="logit_max"``; probabilities
 saturate and tie, see ``adsim.head``); ``score="authors_prob_mean"`` reproduces the released code's
-scoring. A run config with a ``score`` field (a recipe) sets it; an explicit ``scoring=`` overrides.
+scoring. A run config's ``scoring`` field (its recipe) sets it; an explicit ``scoring=`` overrides.
 AUCs come from ``sklearn.metrics.roc_auc_score``; pixel maps may be Gaussian-smoothed
 (``scipy.ndimage.gaussian_filter``, sigma in pixels; 0 = off).
 """
@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from . import data as D
 from . import distributed as DD
-from ._io import autocast_dtype, read_json, resolve_device, write_json
+from ._io import autocast_dtype, load_torch, read_json, resolve_device, write_json
 from .backbone import build_backbone, fingerprint
 from .head import DEFAULT_SCORE, anomaly_maps, check_score, features, image_scores, text_embeddings
 
@@ -102,8 +102,8 @@ def selection_score(backbone, head, samples, cfg, device) -> float:
 
 
 def run_score(cfg, override: str | None = None) -> str:
-    """The scoring of a run: ``override``, else the config's ``score`` field (a recipe), else the default."""
-    return check_score(override or getattr(cfg, "score", None) or DEFAULT_SCORE)
+    """The scoring of a run: ``override``, else the config's ``scoring`` field (its recipe), else the default."""
+    return check_score(override or getattr(cfg, "scoring", None) or DEFAULT_SCORE)
 
 
 def load_run(run, *, checkpoint: str = "auto", device: str = "auto"):
@@ -131,7 +131,7 @@ def load_run(run, *, checkpoint: str = "auto", device: str = "auto"):
                          f"{record['backbone_fingerprint']}): wrong --checkpoint or a changed file")
     head = make_head(cfg, backbone.spec.width, backbone.spec.embed_dim,
                      text_embeddings(backbone, record["prompts"])).to(dev)
-    ckpt = torch.load(path, map_location=dev, weights_only=False)
+    ckpt = load_torch(path, map_location=dev)
     try:
         head.load_state_dict(ckpt["head"])
     except (RuntimeError, KeyError) as err:

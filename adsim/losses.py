@@ -4,8 +4,10 @@
   averaged over the images that have a pixel mask.
 * ``focal_loss``: ``-(1 - p_t)^gamma log p_t`` (``gamma = 2``) with ``log p_t`` from ``logsigmoid``.
 * ``bce_loss``: ``binary_cross_entropy_with_logits`` on image logits.
-* ``geodesic_intra``: mean over the matched set of ``d_G(f, c)^2`` (0 when the set is empty).
-* ``geodesic_inter``: ``-d_G(c+, c-)`` (0 until both centroids exist).
+* ``intra``: mean over the matched set of ``M(f, c)^p`` (0 when the set is empty); ``geodesic_intra``
+  is the paper's ``M = d_G, p = 2``.
+* ``inter``: ``-M(c+, c-)`` (paper) or the authors' ``1 / (M + 1e-6)`` (0 until both centroids exist);
+  ``cross``: the authors' feature-to-other-centroid reciprocal term.
 
 ``valid`` arguments are 0/1 weights; an all-zero ``valid`` gives 0 (never 0/0).
 """
@@ -36,18 +38,54 @@ def focal_loss(logits, target, valid, gamma: float = 2.0):
     return _masked_mean(per_pixel.flatten(1).mean(1), valid)
 
 
-def bce_loss(logits, labels):
-    """``logits, labels: (B,)``; mean binary cross-entropy on logits."""
-    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+def bce_loss(logits, labels, weights=None):
+    """``logits, labels: (B,)``; mean binary cross-entropy on logits (``weights (B,)`` 0/1: mean over
+    the weighted samples, 0 when none)."""
+    per = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="none")
+    return per.mean() if weights is None else _masked_mean(per, weights)
+
+
+INTER_FORMS = ("neg_distance", "reciprocal")
+EPS_RECIPROCAL = 1e-6  # the authors' 1 / (d + 1e-6) (train_zero.py:186-187)
+
+
+def intra(f, accepted, c, *, metric: str = "geodesic", power: int = 2):
+    """``f: (..., n, d)``, ``accepted: (..., n)`` 0/1, ``c: (..., d)`` -> ``(...)``: mean of
+    ``M(f_j, c)^power`` over the accepted ``j`` (0 for an empty set). ``M`` is ``_core.distance``
+    with ``metric`` (the paper: ``d_G``, ``power = 2``; the authors' code: ``d_G``, ``power = 1``)."""
+    d = _core.distance(f, c[..., None, :], metric) ** power
+    return (accepted * d).sum(-1) / torch.clamp(accepted.sum(-1), min=1.0)
+
+
+def inter(c_pos, c_neg, both_initialised, *, metric: str = "geodesic", form: str = "neg_distance"):
+    """Centroid separation over the last axis, times the 0/1 ``both_initialised``.
+
+    * ``neg_distance`` (paper): ``-M(c+, c-)``.
+    * ``reciprocal`` (authors' code, train_zero.py:180-187): ``1 / (M(c+, c-) + 1e-6)`` on *detached*
+      centroids (the authors read ``centroid.data``), so it adds a value but no gradient."""
+    if form == "neg_distance":
+        return -_core.distance(c_pos, c_neg, metric) * both_initialised
+    if form == "reciprocal":
+        d = _core.distance(c_pos.detach(), c_neg.detach(), metric)
+        return both_initialised / (d + EPS_RECIPROCAL)
+    raise ValueError(f"inter_form must be one of {INTER_FORMS}, got {form!r}")
+
+
+def cross(f, accepted, c_other, other_initialised, *, metric: str = "geodesic"):
+    """The authors' feature-to-other-centroid term (train_zero.py:166,173,186): ``1 / (mean_j
+    M(f_j, c_other) + 1e-6)`` over the accepted ``j`` with the other centroid detached; 0 for an empty
+    set or an uninitialised other centroid. Shapes as :func:`intra`."""
+    d = _core.distance(f, c_other.detach()[..., None, :], metric)
+    n = accepted.sum(-1)
+    mean = (accepted * d).sum(-1) / torch.clamp(n, min=1.0)
+    return (n > 0).to(f.dtype) * other_initialised / (mean + EPS_RECIPROCAL)
 
 
 def geodesic_intra(f, accepted, c):
-    """``f: (..., n, d)``, ``accepted: (..., n)`` 0/1, ``c: (..., d)`` -> ``(...)``: mean of
-    ``d_G(f_j, c)^2`` over the accepted ``j`` (0 for an empty set)."""
-    d2 = _core.geodesic(f, c[..., None, :]) ** 2
-    return (accepted * d2).sum(-1) / torch.clamp(accepted.sum(-1), min=1.0)
+    """:func:`intra` with the paper's ``d_G^2``."""
+    return intra(f, accepted, c, metric="geodesic", power=2)
 
 
 def geodesic_inter(c_pos, c_neg, both_initialised):
-    """``-d_G(c+, c-)`` over the last axis, times the 0/1 ``both_initialised``."""
-    return -_core.geodesic(c_pos, c_neg) * both_initialised
+    """:func:`inter` with the paper's ``-d_G(c+, c-)``."""
+    return inter(c_pos, c_neg, both_initialised, metric="geodesic", form="neg_distance")

@@ -86,8 +86,9 @@ def _move(c, f, alpha, update):
     return _core.ema_update(c, f, alpha) if update == "ema" else _core.slerp_update(c, f, alpha)
 
 
-def _gate(f, c_pos, c_neg, init_pos, init_neg, metric):
+def _gate(f, c_pos, c_neg, init_pos, init_neg, metric, tau=None):
     """0/1 ``(accept_as_normal_if_normal, accept_as_anomaly_if_anomaly)`` for ``f: (..., d)``.
+    ``tau=None``: adaptive (own centroid strictly closer); a number: fixed radius ``d_own < tau``.
 
     Array-API code: the same function runs on torch (literal loop, batched gate) and inside the
     compiled ``jax.lax.scan`` of :func:`match_sequential`.
@@ -99,13 +100,13 @@ def _gate(f, c_pos, c_neg, init_pos, init_neg, metric):
     d_pos_eff = xp.where(init_pos > 0, d_pos, inf)   # uninitialised centroid: infinitely far
     d_neg_eff = xp.where(init_neg > 0, d_neg, inf)
     # own centroid strictly closer (d_own = tau = min(d+, d-) < d_other); own uninitialised: accept
-    ok_pos = xp.where(init_pos > 0, _core.gate(d_pos, d_neg_eff), xp.ones_like(d_pos))
-    ok_neg = xp.where(init_neg > 0, _core.gate(d_neg, d_pos_eff), xp.ones_like(d_neg))
+    ok_pos = xp.where(init_pos > 0, _core.gate(d_pos, d_neg_eff if tau is None else tau), xp.ones_like(d_pos))
+    ok_neg = xp.where(init_neg > 0, _core.gate(d_neg, d_pos_eff if tau is None else tau), xp.ones_like(d_neg))
     return ok_pos, ok_neg
 
 
 def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
-          mode: str = "batched", alpha: float = 0.5, update: str = "ema") -> Matched:
+          mode: str = "batched", alpha: float = 0.5, update: str = "ema", tau: float | None = None) -> Matched:
     """Gate features and update the two centroids.
 
     ``f: (n, d)`` features (normalised here), ``y: (n,)`` 1 = anomaly / 0 = normal, ``valid: (n,)``
@@ -117,7 +118,7 @@ def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geode
     y, valid = y.to(f.dtype), valid.to(f.dtype)
     is_pos, is_neg = (1.0 - y) * valid, y * valid
     if mode == "batched":
-        ok_pos, ok_neg = _gate(f, c_pos, c_neg, init_pos, init_neg, metric)
+        ok_pos, ok_neg = _gate(f, c_pos, c_neg, init_pos, init_neg, metric, tau)
         acc_pos, acc_neg = ok_pos * is_pos, ok_neg * is_neg
         new = []
         for c, acc, init in ((c_pos, acc_pos, init_pos), (c_neg, acc_neg, init_neg)):
@@ -129,7 +130,7 @@ def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geode
         return Matched(c_pos, c_neg, acc_pos, acc_neg, init_pos, init_neg)
     acc_pos, acc_neg = [], []
     for j in range(f.shape[0]):  # Algorithm 1 literally; no host sync inside the loop
-        ok_pos, ok_neg = _gate(f[j], c_pos, c_neg, init_pos, init_neg, metric)
+        ok_pos, ok_neg = _gate(f[j], c_pos, c_neg, init_pos, init_neg, metric, tau)
         a_pos, a_neg = ok_pos * is_pos[j], ok_neg * is_neg[j]
         c_pos = a_pos * _move(c_pos, f[j], alpha, update) + (1.0 - a_pos) * c_pos
         c_neg = a_neg * _move(c_neg, f[j], alpha, update) + (1.0 - a_neg) * c_neg
@@ -140,7 +141,7 @@ def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geode
 
 
 def _scan_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric: str, alpha: float,
-                    unroll: int = 1):
+                    unroll: int = 1, tau: float | None = None):
     """Algorithm 1's decisions for ``S`` slots at once (jax.numpy; compiled by :func:`_compiled_scan`).
 
     ``f: (S, n, d)`` unit features, ``is_pos, is_neg: (n,)`` 0/1, ``c_*: (S, d)``, ``init_*: (S,)``.
@@ -154,7 +155,7 @@ def _scan_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metr
     def body(carry, x):
         cp, cn, ip, in_ = carry
         fj, pj, nj = x
-        ok_pos, ok_neg = _gate(fj, cp, cn, ip, in_, metric)
+        ok_pos, ok_neg = _gate(fj, cp, cn, ip, in_, metric, tau)
         out = [ok_pos * pj, ok_neg * nj]
         moved = []
         for c, a in ((cp, out[0]), (cn, out[1])):
@@ -187,11 +188,12 @@ def _jax():
 GPU_UNROLL = 8
 
 
-def _compiled_scan(metric: str, alpha: float, unroll: int = 1):
-    """``jax.jit`` of :func:`_scan_decisions` for one (metric, alpha, unroll); recompiles per shape."""
-    key = (metric, float(alpha), int(unroll))
+def _compiled_scan(metric: str, alpha: float, unroll: int = 1, tau: float | None = None):
+    """``jax.jit`` of :func:`_scan_decisions` for one (metric, alpha, unroll, tau); recompiles per shape."""
+    key = (metric, float(alpha), int(unroll), tau)
     if key not in _SCANS:
-        _SCANS[key] = _jax().jit(partial(_scan_decisions, metric=metric, alpha=float(alpha), unroll=int(unroll)))
+        _SCANS[key] = _jax().jit(partial(_scan_decisions, metric=metric, alpha=float(alpha), unroll=int(unroll),
+                                         tau=tau))
     return _SCANS[key]
 
 
@@ -238,7 +240,8 @@ def ema_trajectory(f, c0, moved, r, alpha: float):
 
 
 def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
-                     alpha: float = 0.5, update: str = "ema", scan_device: str = "auto") -> Matched:
+                     alpha: float = 0.5, update: str = "ema", scan_device: str = "auto",
+                     tau: float | None = None) -> Matched:
     """Algorithm 1's sequential gate, exact and fast, for ``S`` slots at once.
 
     ``f: (S, n, d)`` features (normalised here), ``y, valid: (n,)`` shared by the slots,
@@ -267,7 +270,7 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
     with torch.no_grad():
         args = [_to_jax(t, scan_device) for t in (f, is_pos, is_neg, *state)]
         on_gpu = next(iter(args[0].devices())).platform == "gpu"
-        scan = _compiled_scan(metric, alpha, GPU_UNROLL if on_gpu else 1)
+        scan = _compiled_scan(metric, alpha, GPU_UNROLL if on_gpu else 1, tau)
         acc_pos, acc_neg, r_pos, r_neg = (_to_torch(a, f.device) for a in scan(*args))
     c_pos = ema_trajectory(f, state[0], acc_pos * (r_pos > 0), r_pos, alpha)
     c_neg = ema_trajectory(f, state[1], acc_neg * (r_neg > 0), r_neg, alpha)
@@ -287,12 +290,12 @@ class CentroidBank(torch.nn.Module):
     """
 
     def __init__(self, n_slots: int, dim: int, *, metric: str = "geodesic", mode: str = "batched",
-                 alpha: float = 0.5, update: str = "ema"):
+                 alpha: float = 0.5, update: str = "ema", tau: float | None = None):
         super().__init__()
         _validate(metric, mode, update)
         if not 0.0 < alpha < 1.0:
             raise ValueError(f"EMA factor alpha must be in (0, 1), got {alpha!r}")
-        self.metric, self.mode, self.alpha, self.update = metric, mode, alpha, update
+        self.metric, self.mode, self.alpha, self.update, self.tau = metric, mode, alpha, update, tau
         self.register_buffer("c_pos", torch.zeros(n_slots, dim))
         self.register_buffer("c_neg", torch.zeros(n_slots, dim))
         self.register_buffer("init_pos", torch.zeros(n_slots))
@@ -302,11 +305,11 @@ class CentroidBank(torch.nn.Module):
         """``Matched`` with a leading slot axis ``S`` on every field."""
         sl = slice(start, start + f.shape[0])
         state = (self.c_pos[sl], self.c_neg[sl], self.init_pos[sl], self.init_neg[sl])
-        run = partial(match, metric=self.metric, mode=self.mode, alpha=self.alpha, update=self.update)
+        run = partial(match, metric=self.metric, mode=self.mode, alpha=self.alpha, update=self.update, tau=self.tau)
         if self.mode == "batched":
             out = torch.func.vmap(run, in_dims=(0, None, None, 0, 0, 0, 0))(f, y, valid, *state)
         elif self.update == "ema":  # exact sequential gate, all slots in one compiled scan
-            out = match_sequential(f, y, valid, *state, metric=self.metric, alpha=self.alpha)
+            out = match_sequential(f, y, valid, *state, metric=self.metric, alpha=self.alpha, tau=self.tau)
         else:  # slerp: the literal loop, slots one after the other
             per_slot = [run(f[s], y, valid, *(t[s] for t in state)) for s in range(f.shape[0])]
             out = Matched(*(torch.stack(field) for field in zip(*per_slot)))

@@ -35,9 +35,10 @@ from tqdm.auto import tqdm
 from poolsim import _core, da_score
 
 from . import data as D
+from . import recipes as R
 from ._io import _atomic, read_json, write_json
 from .evaluate import auc_percent, score_batches, smooth
-from .train import TrainConfig, make_head, make_optimizer, train_epoch
+from .train import config_from_recipe, make_head, make_optimizer, train_epoch
 
 METHODS = {
     "naive": dict(method="naive", metric="geodesic", vaca=False),
@@ -61,6 +62,7 @@ class Settings(NamedTuple):
     backbone: str | None = None
     checkpoint: str | None = None
     image_size: int | None = None
+    recipe: dict | None = None  # adsim.recipes.as_dict of the recipe (None: clean)
 
 
 def order_domains(source, target: str, order: str, seed: int) -> list:
@@ -80,9 +82,14 @@ def _seed(*parts) -> int:
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
 
 
-def _evaluate(source, head, target: str, tasks: tuple, batch_size: int) -> dict:
+EVAL_BATCH = 500  # scoring is per image in eval mode (VACA uses its running Delta): batch size is free
+
+
+def _evaluate(source, head, target: str, tasks: tuple, batch_size: int, scoring: str) -> dict:
+    batch_size = max(batch_size, EVAL_BATCH)
     out = score_batches(head, source.test_batches(target, batch_size), lambda x: source.forward(head, x),
-                        grid=source.grid, size=source.size, device=torch.device("cpu"), maps="AS" in tasks)
+                        grid=source.grid, size=source.size, device=torch.device("cpu"), maps="AS" in tasks,
+                        scoring=scoring)
     res = {"AC": auc_percent(out["labels"], out["scores"])}
     if "AS" in tasks:
         res["AS"] = auc_percent(out["masks"], smooth(out["maps"], source.smooth_sigma))
@@ -98,7 +105,7 @@ def variance_rows(source, head, batch_size: int) -> list:
     stats = {}
     for d in source.domains:
         before, after, labels = [], [], []
-        for batch in source.test_batches(d, batch_size):
+        for batch in source.test_batches(d, max(batch_size, EVAL_BATCH)):
             f = source.forward(head, batch["image"])
             before.append(_core.normalize(f.det_raw[-1].mean(1)))
             after.append(_core.normalize(f.det[-1].mean(1)))
@@ -117,15 +124,33 @@ def variance_rows(source, head, batch_size: int) -> list:
              "class_after": float(ca[c]), "modality_after": float(ma[c])} for c in range(len(cb))]
 
 
+@torch.no_grad()
+def vaca_gains(head) -> list:
+    """Per VACA slot (layer, task) of a trained head: the channel gains ``w = 1 + gamma a`` at the
+    running ``Delta`` (what evaluation uses): spread (max/min, sd) and the Pearson correlation of ``w``
+    with ``Delta``. ``w`` constant (sd 0) means VACA is inert there (correlation then NaN)."""
+    rows = []
+    for k, v in enumerate(head.vaca or []):
+        delta = v.delta_running.float()
+        w = 1.0 + v.gamma * torch.nn.functional.softplus(v.mlp(delta))
+        sd_w, sd_d = float(w.std(correction=0)), float(delta.std(correction=0))
+        corr = float(((w - w.mean()) * (delta - delta.mean())).mean() / (sd_w * sd_d)) if sd_w > 0 and sd_d > 0 \
+            else float("nan")
+        rows.append({"slot": k, "task": "seg" if k < head.n_layers else "det", "layer": k % head.n_layers,
+                     "w_min": float(w.min()), "w_max": float(w.max()), "w_ratio": float(w.max() / w.min()),
+                     "w_sd": sd_w, "corr_w_delta": corr})
+    return rows
+
+
 def run_cell(source, settings: Settings, target, method, order, mode, seed, tasks, memo=None) -> dict:
     """Train and score one cell; returns ``{"rows": [...], "variance": [...]}``. ``memo`` (a dict) reuses
     cumulative steps already computed in this process for the same (target, method, seed, domain set):
     such a step is the same deterministic model whichever order reached it."""
     memo = {} if memo is None else memo
     spec = METHODS[method]
-    cfg = TrainConfig(data=settings.data, target=target, out="", method=spec["method"], metric=spec["metric"],
-                      vaca=spec["vaca"], epochs=settings.epochs, batch_size=settings.batch_size, lr=settings.lr,
-                      seed=seed, precision="fp32")
+    recipe = R.override(recipe_of_settings(settings), method=spec["method"], metric=spec["metric"],
+                        vaca=spec["vaca"], epochs=settings.epochs, batch_size=settings.batch_size, lr=settings.lr)
+    cfg = config_from_recipe(recipe, data=settings.data, target=target, out="", seed=seed, precision="fp32")
     cpu = torch.device("cpu")
     t_idx = D.DOMAINS.index(target)
     domains = order_domains(source, target, order, seed)
@@ -151,13 +176,33 @@ def run_cell(source, settings: Settings, target, method, order, mode, seed, task
             if mode == "cumulative" or state is None:
                 state = new_head()
             fit(state, domains[:step] if mode == "cumulative" else [domains[step - 1]], step)
-            res = _evaluate(source, state[0], target, tasks, settings.batch_size)
-            var = variance_rows(source, state[0], settings.batch_size) if last and spec["vaca"] else []
+            res = _evaluate(source, state[0], target, tasks, settings.batch_size, cfg.scoring)
+            var = ({"channels": variance_rows(source, state[0], settings.batch_size),
+                    "gains": vaca_gains(state[0])} if last and spec["vaca"] else {"channels": [], "gains": []})
             if mode == "cumulative":
                 memo[key] = (res, var)
         rows += [{"task": t, "step": step, "added": domains[step - 1], "auc": res[t]} for t in tasks]
         variance = var
-    return {"rows": rows, "variance": variance, "order_domains": domains}
+    return {"rows": rows, "variance": variance["channels"], "vaca_gains": variance["gains"],
+            "order_domains": domains}
+
+
+def recipe_of_settings(settings: Settings) -> R.Recipe:
+    return R.get("clean") if settings.recipe is None else R.from_dict(settings.recipe)
+
+
+def shared_methods(recipe: R.Recipe, methods) -> dict:
+    """``{method: method whose cells it shares}`` for the gate-metric ablation: where
+    :func:`adsim.recipes.metric_equivalence` proves l2 / cosine / geodesic identical under ``recipe``,
+    ``match-geodesic`` (else the first of them in ``methods``) is computed and the others copy its cells
+    (recorded as ``shared_with``); otherwise every method maps to itself."""
+    out = {m: m for m in methods}
+    group = sorted((m for m in methods if METHODS[m]["method"] == "match" and not METHODS[m]["vaca"]),
+                   key=lambda m: m != "match-geodesic")
+    if group and R.metric_equivalence(R.override(recipe, method="match")) is not None:
+        for m in group[1:]:
+            out[m] = group[0]
+    return out
 
 
 def _cell_name(target, method, order, mode, seed) -> str:
@@ -180,12 +225,13 @@ def da_table(protocol: pd.DataFrame) -> pd.DataFrame:
 
 def write_outputs(out: Path, kind: str) -> pd.DataFrame:
     """Rebuild the CSVs from ``cells/*.json`` (atomic writes); returns the protocol table."""
-    rows, var = [], []
+    rows, var, gains = [], [], []
     for f in sorted((out / "cells").glob("*.json")):
         cell = read_json(f)
         k = cell["key"]
         rows += [{**k, **r, "data": kind} for r in cell["rows"]]
         var += [{**k, **r, "data": kind} for r in cell["variance"]]
+        gains += [{**k, **r, "data": kind} for r in cell.get("vaca_gains", [])]
     cols = ["target", "task", "method", "order", "mode", "seed", "step", "added", "auc", "data"]
     protocol = pd.DataFrame(rows).reindex(columns=cols)
     _write_csv(out / "protocol.csv", protocol)
@@ -194,6 +240,8 @@ def write_outputs(out: Path, kind: str) -> pd.DataFrame:
         vcols = ["target", "method", "order", "mode", "seed", "channel", "class_before", "modality_before",
                  "class_after", "modality_after", "data"]
         _write_csv(out / "variance.csv", pd.DataFrame(var).reindex(columns=vcols))
+    if gains:
+        _write_csv(out / "vaca_gains.csv", pd.DataFrame(gains))
     return protocol
 
 
@@ -232,14 +280,23 @@ def run(out, source_for_seed, settings: Settings, *, targets=None, methods=tuple
     domains = tuple(domains or D.DOMAINS)
     targets, by_target = check_request(domains, masked, targets, list(methods), list(orders), mode, tasks, seeds)
     out = Path(out)
-    record = {"settings": settings._asdict(), "mode_note": "cells/*.json are the record; CSVs are rebuilt"}
+    recipe = recipe_of_settings(settings)
+    shared = shared_methods(recipe, list(methods))
+    why = R.metric_equivalence(R.override(recipe, method="match"))
+    settings = settings._replace(recipe=R.as_dict(recipe))  # recorded in full (None = clean)
+    record = {"settings": settings._asdict(), "mode_note": "cells/*.json are the record; CSVs are rebuilt",
+              "recipe": R.as_dict(recipe),
+              "metric_equivalence": ({"why": why, "copies": {m: r for m, r in shared.items() if r != m}}
+                                     if any(r != m for m, r in shared.items()) else None)}
     if (out / "protocol.json").exists():
         saved = read_json(out / "protocol.json")["settings"]
         now = json.loads(json.dumps(record["settings"]))
         diff = sorted(k for k in now if now[k] != saved.get(k))
         if diff:
             raise ValueError(f"{out} holds a protocol run with other settings {diff}; use another --out")
-    grid = [(t, m, o, s) for s in range(seeds) for t in targets for m in methods for o in orders]
+    # representatives first, so that a method sharing their cells finds them computed
+    ordered = sorted(methods, key=lambda m: shared[m] != m)
+    grid = [(t, m, o, s) for s in range(seeds) for t in targets for m in ordered for o in orders]
     todo = [c for c in grid if not (out / "cells" / _cell_name(*c[:3], mode, c[3])).exists()]
     skipped = [_cell_name(*c[:3], mode, c[3]) for c in grid if c not in todo]
     write_json(out / "protocol.json", record)
@@ -254,7 +311,12 @@ def run(out, source_for_seed, settings: Settings, *, targets=None, methods=tuple
                 source, seed_of_source, memo = source_for_seed(s), s, {}
                 _write_similarity(out, source, s)
             t0 = time.perf_counter()
-            cell = run_cell(source, settings, t, m, o, mode, s, by_target[t], memo)
+            if shared[m] != m:  # proven identical (protocol.json "metric_equivalence"): copy, marked
+                cell = {k: v for k, v in read_json(out / "cells" / _cell_name(t, shared[m], o, mode, s)).items()
+                        if k in ("rows", "variance", "vaca_gains", "order_domains")}
+                cell["shared_with"] = shared[m]
+            else:
+                cell = run_cell(source, settings, t, m, o, mode, s, by_target[t], memo)
             name = _cell_name(t, m, o, mode, s)
             write_json(out / "cells" / name, {"key": {"target": t, "method": m, "order": o, "mode": mode,
                                                       "seed": s}, **cell, "seconds": time.perf_counter() - t0})

@@ -17,9 +17,10 @@ import numpy as np
 import torch
 
 from . import data as D
+from . import recipes as R
 from . import sim as S
 from .backbone import build_backbone, frozen_tokens
-from .head import features, features_from_tokens, prompt_ensemble, text_embeddings
+from .head import features, features_from_tokens, text_embeddings
 
 
 class Source(NamedTuple):
@@ -45,7 +46,7 @@ def _split_batches(split: S.Split, batch_size: int, order=None):
     for i in range(0, n, batch_size):
         j = idx[i:i + batch_size]
         yield {"image": split.tokens[j], "label": split.labels[j], "mask": split.masks[j],
-               "has_mask": split.has_mask[j]}
+               "has_mask": split.has_mask[j], "pixel_domain": split.pixel_domain[j]}
 
 
 def _concat(splits: list) -> S.Split:
@@ -71,8 +72,10 @@ def simulated(params: S.SimParams, seed: int) -> Source:
 
 
 def real(root, *, backbone: str = "ViT-L-14-336", checkpoint=None, image_size=None, seed: int = 0,
-         device="cpu", clip_norm: bool = True, smooth_sigma: float = 4.0, n_similarity: int = 64) -> Source:
-    """Real images in the MVFA layout under ``root``; the domains are those whose folder exists."""
+         device="cpu", clip_norm: bool = True, smooth_sigma: float = 4.0, n_similarity: int = 64,
+         prompts: str = "medical") -> Source:
+    """Real images in the MVFA layout under ``root``; the domains are those whose folder exists.
+    ``prompts``: the recipe's prompt set (``adsim.recipes.prompts``)."""
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"--data {root} is not a folder")
@@ -103,6 +106,6 @@ def real(root, *, backbone: str = "ViT-L-14-336", checkpoint=None, image_size=No
         return loader(samples, batch_size, torch.Generator().manual_seed(shuffle_seed))
 
     return Source("real", domains, tuple(d for d in domains if d in D.MASKED), sim, spec.grid, spec.image_size,
-                  spec.width, spec.embed_dim, len(spec.adapter_layers), text_embeddings(bb, prompt_ensemble()),
+                  spec.width, spec.embed_dim, len(spec.adapter_layers), text_embeddings(bb, R.prompts(prompts)),
                   lambda head, x: features(bb, head, x), train_batches,
                   lambda d, bs: loader(test[d], bs), smooth_sigma)

@@ -8,8 +8,8 @@ after every epoch, written atomically, so a killed run resumes at the first unfi
 from __future__ import annotations
 
 import random
+from collections import namedtuple
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import open_clip
@@ -22,49 +22,30 @@ from poolsim import _core
 from . import data as D
 from . import distributed as DD
 from . import losses as L
-from ._io import autocast_dtype, read_json, resolve_device, save_torch, write_json
+from . import recipes as R
+from ._io import autocast_dtype, load_torch, read_json, resolve_device, save_torch, write_json
 from .backbone import build_backbone, fingerprint
-from .head import Head, _score, adapter_bottlenecks, prompt_ensemble, text_embeddings, trunk_tokens
+from .head import Head, _score, adapter_bottlenecks, features, prompt_ensemble, text_embeddings, trunk_tokens
 
 METHODS = ("naive", "match")
 SELECTIONS = ("last", "heldout", "test")
 
 
-class TrainConfig(NamedTuple):
-    data: str
-    target: str
-    out: str
-    train_domains: tuple | None = None  # None: every domain except the target
-    train_splits: tuple = ("valid", "test")  # of the *training* domains
-    backbone: str = "ViT-L-14-336"
-    checkpoint: str | None = None
-    image_size: int | None = None
-    quick_gelu: bool = True
-    clip_norm: bool = True
-    epochs: int = 10
-    batch_size: int = 16
-    lr: float = 1e-4
-    betas: tuple = (0.5, 0.999)
-    grad_clip: float = 1.0
-    method: str = "match"      # naive = MVFA-like pooling baseline (no centroids, no L_geo)
-    metric: str = "geodesic"   # matching metric M of the gate
-    gate_mode: str = "batched"
-    update: str = "ema"
-    alpha: float = 0.5
-    vaca: bool = True
-    gamma: float = 1.0
-    beta_dice: float = 1.0
-    beta_focal: float = 1.0
-    beta_bce: float = 1.0
-    lambda_intra: float = 1.0
-    lambda_inter: float = 0.1
-    lambda_var: float = 0.1
-    select: str = "last"
-    holdout_frac: float = 0.2
-    seed: int = 0
-    device: str = "auto"
-    precision: str = "auto"
-    num_workers: int = 0
+# The run's own fields (name, default); data, target and out are required.
+_RUN = (("data", None), ("target", None), ("out", None),
+        ("train_domains", None),  # None: every domain except the target
+        ("backbone", "ViT-L-14-336"), ("checkpoint", None), ("image_size", None), ("quick_gelu", True),
+        ("betas", (0.5, 0.999)), ("grad_clip", 1.0), ("holdout_frac", 0.2), ("seed", 0), ("device", "auto"),
+        ("precision", "auto"), ("num_workers", 0))
+_RUN_FIELDS = tuple(n for n, _ in _RUN)
+# Every recipe field that training reads (protocol_mode is the protocol's), defaults = the clean recipe,
+# plus ``recipe``: the name of the recipe the run started from (its fields may have been overridden).
+_RECIPE = tuple((f, getattr(R.RECIPES["clean"], f)) for f in R.FIELDS if f not in ("name", "protocol_mode"))
+TrainConfig = namedtuple("TrainConfig", [n for n, _ in (*_RUN, *_RECIPE)] + ["recipe"],
+                         defaults=[v for _, v in (*_RUN[3:], *_RECIPE)] + ["clean"])
+TrainConfig.__doc__ = """A training run: the run's own fields (``data``, ``target``, ``out``, ``backbone``, ...)
+plus every field of :class:`adsim.recipes.Recipe` with the ``clean`` recipe's values as defaults;
+:func:`config_from_recipe` builds one from any recipe."""
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:
@@ -75,10 +56,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise ValueError(f"zero-shot: the target {target} must not be a training domain ({domains})")
     if not domains or len(set(domains)) != len(domains):
         raise ValueError(f"train_domains must be distinct and non-empty, got {domains}")
-    for name, value, allowed in (("method", cfg.method, METHODS), ("metric", cfg.metric, _core.METRICS),
-                                 ("select", cfg.select, SELECTIONS)):
-        if value not in allowed:
-            raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    recipe_of(cfg)  # every method choice: one-line error naming the field and the allowed values
     for s in cfg.train_splits:
         if s not in D.SPLITS:
             raise ValueError(f"train_splits must be drawn from {D.SPLITS}, got {s!r}")
@@ -91,11 +69,36 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                         betas=tuple(cfg.betas))
 
 
+def recipe_of(cfg: TrainConfig) -> R.Recipe:
+    """The validated recipe a config runs (its recipe fields; ``protocol_mode`` is the recipe default)."""
+    fields = {f: getattr(cfg, f) for f in R.FIELDS if f not in ("name", "protocol_mode")}
+    return R.validate(R.Recipe(name=cfg.recipe, **fields))
+
+
+def config_from_recipe(recipe: R.Recipe, **run) -> TrainConfig:
+    """``TrainConfig`` with every recipe field from ``recipe`` and the run's own fields from ``run``."""
+    bad = sorted(set(run) - set(_RUN_FIELDS))
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not a run field (recipe fields are set on the recipe); "
+                         f"run fields: {_RUN_FIELDS}")
+    fields = {f: getattr(recipe, f) for f in R.FIELDS if f not in ("name", "protocol_mode")}
+    return TrainConfig(**fields, recipe=recipe.name, **run)
+
+
 def make_head(cfg: TrainConfig, width: int, embed_dim: int, text, n_layers: int = 4) -> Head:
-    """The head a config asks for: ``width`` = token dimension, ``embed_dim`` = text dimension."""
-    return Head(width, embed_dim, text, n_layers=n_layers, vaca=cfg.vaca, gamma=cfg.gamma,
+    """The head a config asks for: ``width`` = token dimension, ``embed_dim`` = text dimension.
+    ``adapter_bias=False`` removes the adapters' biases (the authors' ``bias=False``, CLIP/adapter.py:22,26);
+    ``gate_tau="fixed"`` gives the centroid gate the fixed radius ``tau``."""
+    head = Head(width, embed_dim, text, n_layers=n_layers, vaca=cfg.vaca, gamma=cfg.gamma,
                 matching=cfg.method == "match", metric=cfg.metric, gate_mode=cfg.gate_mode,
                 alpha=cfg.alpha, update=cfg.update)
+    if not cfg.adapter_bias:
+        for ad in (*head.seg_adapters, *head.det_adapters):
+            for lin in (ad.down, ad.up):
+                lin.register_parameter("bias", None)
+    if head.centroids is not None:
+        head.centroids.tau = float(cfg.tau) if cfg.gate_tau == "fixed" else None
+    return head
 
 
 def make_optimizer(cfg: TrainConfig, head: Head) -> torch.optim.Optimizer:
@@ -103,34 +106,76 @@ def make_optimizer(cfg: TrainConfig, head: Head) -> torch.optim.Optimizer:
     return torch.optim.Adam(head.parameters(), lr=cfg.lr, betas=cfg.betas)
 
 
+def _match_sets(cfg: TrainConfig, feats, labels, masks, has_mask, grid: int) -> list:
+    """The features the gate sees: ``[(first slot, f (L, n, E) unit, y (n,), valid (n,), owner (n,))]``.
+
+    Patch labels come from the mask pooled to the patch grid: normal if no lesion pixel, anomalous if at
+    least half lesion, unknown (not matched) in between or without a known mask. ``gate_unit="patch"``:
+    every patch token (Algorithm 1); ``"image_mean"``: per image the mean of its normal and the mean of
+    its anomalous patch tokens (the authors' code, train_zero_da.py:323,354). ``match_branches="seg+det"``
+    adds the detection branch's per-image mean token (slots L..2L-1; train_zero_da.py:192)."""
+    b, n_layers = labels.shape[0], len(feats.seg)
+    frac = F.adaptive_avg_pool2d(masks[:, None], grid).flatten(1)  # (B, N)
+    normal = has_mask[:, None] * (frac == 0).to(frac.dtype)
+    anomalous = has_mask[:, None] * (frac >= 0.5).to(frac.dtype)
+    seg = torch.stack(feats.seg)  # (L, B, N, E)
+    img = torch.arange(b, device=labels.device)
+    if cfg.gate_unit == "patch":
+        sets = [(0, seg.flatten(1, 2), (frac >= 0.5).to(frac.dtype).flatten(), (normal + anomalous).flatten(),
+                 img.repeat_interleave(frac.shape[1]))]
+    else:
+        def mean(w):  # (B, N) weights -> (L, B, E) unit mean token
+            return _core.normalize((seg * w[None, :, :, None]).sum(2))
+        sets = [(0, torch.cat([mean(normal), mean(anomalous)], 1),
+                 torch.cat([torch.zeros_like(labels), torch.ones_like(labels)]),
+                 torch.cat([(normal.sum(1) > 0), (anomalous.sum(1) > 0)]).to(labels.dtype), img.repeat(2))]
+    if cfg.match_branches == "seg+det":
+        f_img = _core.normalize(torch.stack([d.mean(dim=1) for d in feats.det]))  # (L, B, E)
+        sets.append((n_layers, f_img, labels, torch.ones_like(labels), img))
+    return sets
+
+
 def objective(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
     """``L_total = b1 Dice + b2 Focal + b3 BCE + l1 L_intra + l2 L_inter + l_var Var`` (means over
-    layers). Updates the centroids (training mode). Returns ``(loss, {name: detached value})``."""
+    layers). Updates the centroids (training mode). With ``gate_filter="skip_step"`` a sample with a
+    gate failure (any matched unit, any layer) gets weight 0 in every loss term (the authors skip its
+    optimiser step; ``n_pass`` = samples left). Returns ``(loss, {name: detached value})``."""
     labels, masks, has_mask = batch["label"], batch["mask"], batch["has_mask"]
+    if cfg.cls_only_pixel_loss == "none" and "pixel_domain" in batch:
+        has_mask = has_mask * batch["pixel_domain"]  # no pixel loss on either class without masks
     size = masks.shape[-1]
     n_layers = head.n_layers
     parts = dict.fromkeys(("intra", "inter"), 0.0)
+    keep = torch.ones_like(labels)  # (B,) per-sample loss weight
+    if head.centroids is not None:
+        lm = cfg.metric if cfg.loss_metric == "gate" else "geodesic"
+        sets = _match_sets(cfg, feats, labels, masks, has_mask, grid)
+        matched = [(start, f, owner, v, head.centroids.step(start, f, y, v)) for start, f, y, v, owner in sets]
+        if cfg.gate_filter == "skip_step":
+            failed = torch.zeros_like(labels)
+            for _, _, owner, v, m in matched:  # a valid unit that neither centroid accepted failed the gate
+                failed = failed.index_add(0, owner, (v * (1.0 - m.acc_pos - m.acc_neg)).amax(0))
+            keep = (failed == 0).to(labels.dtype)
+        norm = len(matched) * n_layers
+        for _, f, owner, _, m in matched:
+            k = keep[owner]
+            acc_pos, acc_neg = m.acc_pos * k, m.acc_neg * k
+            parts["intra"] += (L.intra(f, acc_pos, m.c_pos, metric=lm, power=cfg.intra_power)
+                               + L.intra(f, acc_neg, m.c_neg, metric=lm, power=cfg.intra_power)).sum() / norm
+            parts["inter"] += L.inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg, metric=lm,
+                                      form=cfg.inter_form).sum() / norm
+            if cfg.inter_form == "reciprocal":
+                parts["inter"] += (L.cross(f, acc_pos, m.c_neg, m.init_neg, metric=lm)
+                                   + L.cross(f, acc_neg, m.c_pos, m.init_pos, metric=lm)).sum() / norm
     # all layers at once: (L*B, S, S) logits against the masks repeated per layer (= mean over layers)
     z = F.interpolate(torch.stack(feats.seg_logits).reshape(-1, 1, grid, grid), size=(size, size),
                       mode="bilinear", align_corners=False)[:, 0]
-    masks_l, valid_l = masks.repeat(n_layers, 1, 1), has_mask.repeat(n_layers)
+    masks_l, valid_l = masks.repeat(n_layers, 1, 1), (has_mask * keep).repeat(n_layers)
     parts["dice"] = L.dice_loss(torch.sigmoid(z), masks_l, valid_l)
     parts["focal"] = L.focal_loss(z, masks_l, valid_l)
-    parts["bce"] = L.bce_loss(feats.image_logits.flatten(), labels.repeat(n_layers))
-    if head.centroids is not None:
-        # patch labels from the mask pooled to the patch grid: normal if no lesion pixel, anomalous if
-        # at least half lesion, unknown (not matched) in between or without a mask
-        frac = F.adaptive_avg_pool2d(masks[:, None], grid).flatten(1)
-        y_patch = (frac >= 0.5).float().flatten()
-        v_patch = (has_mask[:, None] * ((frac == 0) | (frac >= 0.5)).float()).flatten()
-        f_seg = torch.stack([s.flatten(0, 1) for s in feats.seg])  # (L, B*N, E) patch features
-        f_img = _core.normalize(torch.stack([d.mean(dim=1) for d in feats.det]))  # (L, B, E) image features
-        for start, f, y, v in ((0, f_seg, y_patch, v_patch), (n_layers, f_img, labels, torch.ones_like(labels))):
-            m = head.centroids.step(start, f, y, v)
-            parts["intra"] += (L.geodesic_intra(f, m.acc_pos, m.c_pos)
-                               + L.geodesic_intra(f, m.acc_neg, m.c_neg)).sum() / (2 * n_layers)
-            parts["inter"] += L.geodesic_inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg).sum() / (2 * n_layers)
+    parts["bce"] = L.bce_loss(feats.image_logits.flatten(), labels.repeat(n_layers), keep.repeat(n_layers))
     parts["var"] = feats.var
+    parts["n_pass"] = keep.sum()
     loss = (cfg.beta_dice * parts["dice"] + cfg.beta_focal * parts["focal"] + cfg.beta_bce * parts["bce"]
             + cfg.lambda_intra * parts["intra"] + cfg.lambda_inter * parts["inter"]
             + cfg.lambda_var * parts["var"])
@@ -155,13 +200,21 @@ def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, gri
         if gather is not None:  # data-parallel: the loss is computed on the global batch
             batch = gather(batch)
         loss, parts = objective(cfg, head, feats, batch, grid)
+        # the authors' gate filter: no optimiser step when no sample passed (a host sync, this mode only)
+        skip = cfg.gate_filter == "skip_step" and head.centroids is not None and float(parts["n_pass"]) == 0
+        parts["skipped"] = torch.tensor(float(skip))
+        parts["loss"] = loss.detach()
+        if skip:
+            for k, v in parts.items():
+                sums[k] = sums.get(k, 0.0) + v
+            steps += 1
+            continue
         opt.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()  # the single backward pass of the step
         scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
         scaler.step(opt)
         scaler.update()
-        parts["loss"] = loss.detach()
         for k, v in parts.items():
             sums[k] = sums.get(k, 0.0) + v
         steps += 1
@@ -177,11 +230,25 @@ def _seed_everything(seed: int) -> None:
 
 
 def _config_record(cfg: TrainConfig, backbone, prompts) -> dict:
-    return {"config": cfg._asdict(), "backbone_spec": backbone.spec._asdict(),
+    return {"config": cfg._asdict(), "recipe": R.as_dict(recipe_of(cfg)), "backbone_spec": backbone.spec._asdict(),
             "backbone_fingerprint": fingerprint(backbone.model), "prompts": prompts,
             "versions": {"torch": torch.__version__, "open_clip": open_clip.__version__},
             "protocol": ("AUTHORS' PROTOCOL: checkpoint selected on the TARGET's test set -- optimistic, "
                          "not zero-shot") if cfg.select == "test" else "zero-shot: target never used"}
+
+
+class _PixelDomain(torch.utils.data.Dataset):
+    """Adds ``pixel_domain`` (1 where the sample's domain has pixel masks) to every item, so that
+    ``cls_only_pixel_loss="none"`` can drop the pixel loss of classification-only domains."""
+
+    def __init__(self, dataset, samples):
+        self.dataset, self.flags = dataset, [float(s.domain in D.MASKED) for s in samples]
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        return {**self.dataset[i], "pixel_domain": torch.tensor(self.flags[i])}
 
 
 def _batch_to(batch, device):
@@ -218,7 +285,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     backbone = build_backbone(cfg.backbone, image_size=cfg.image_size, checkpoint=cfg.checkpoint,
                               quick_gelu=cfg.quick_gelu, seed=cfg.seed, device=device)
     spec = backbone.spec
-    prompts = prompt_ensemble()
+    prompts = R.prompts(cfg.prompts)
     head = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(backbone, prompts)).to(device)
     opt = make_optimizer(cfg, head)
     scaler = torch.amp.GradScaler(device.type, enabled=amp is torch.float16)
@@ -238,7 +305,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
 
     start, history, best = 0, [], None
     if resume:
-        ckpt = torch.load(last, map_location=device, weights_only=False)
+        ckpt = load_torch(last, map_location=device)
         head.load_state_dict(ckpt["head"])
         opt.load_state_dict(ckpt["optimizer"])
         scaler.load_state_dict(ckpt["scaler"])
@@ -252,6 +319,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     else:
         per_rank = lambda h, x: adapter_bottlenecks(backbone, h, trunk_tokens(backbone, x))  # noqa: E731
     forward = DD.data_parallel(head, per_rank, _score, device)
+    dataset = _PixelDomain(dataset, samples)
     for epoch in range(start, cfg.epochs):
         # shuffling depends only on (seed, epoch): a resumed run sees the same order
         loader = torch.utils.data.DataLoader(dataset, batch_size=local_batch,

@@ -124,3 +124,26 @@ def test_validate_choices():
     with pytest.raises(ValueError, match="select must be one of"):
         validate(base._replace(select="best-of-test"))
     assert validate(base).train_domains == ("Liver", "Retina_RESC", "Retina_OCT2017", "Chest", "Histopathology")
+
+
+def test_authors_recipe_end_to_end_records_the_recipe(toy_root, tmp_path, capsys):
+    run = tmp_path / "authors"
+    argv = ["train", "--data", str(toy_root), "--target", "Brain", "--out", str(run), "--recipe", "authors",
+            "--epochs", "1", "--backbone", "tiny", "--no-progress", "--train-domains", "Liver", "Chest"]
+    assert main(argv) == 0
+    assert "not zero-shot" in capsys.readouterr().err  # the authors select on the target's test set
+    rec = json.loads((run / "config.json").read_text())
+    assert rec["recipe"]["name"] == "authors" and rec["recipe"]["gate_filter"] == "skip_step"
+    assert rec["config"]["batch_size"] == 1 and rec["config"]["adapter_bias"] is False
+    assert "a bad photo of a flawless object." in rec["prompts"]["normal"]  # MVFA "object" ensemble
+    hist = json.loads((run / "history.json").read_text())["history"][0]
+    assert hist["steps"] == rec["n_train_images"] and 0.0 <= hist["skipped"] <= 1.0
+    assert main(["eval", "--run", str(run), "--data", str(toy_root)]) == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["smooth_sigma"] == 0.0  # the recipe's smoothing (authors: none), not the old default 4
+    # a flag overrides one field of the recipe; the rest stays the recipe's
+    run2 = tmp_path / "authors_bs2"
+    assert main([*argv[:6], str(run2), *argv[7:], "--batch-size", "2", "--set", "gate_unit=patch"]) == 0
+    cfg2 = json.loads((run2 / "config.json").read_text())["config"]
+    assert (cfg2["batch_size"], cfg2["gate_unit"], cfg2["gate_filter"], cfg2["recipe"]) == (2, "patch", "skip_step",
+                                                                                          "authors")

@@ -274,8 +274,8 @@ def test_score_batches_and_run_score_pass_the_scoring_through():
     assert run("logit_max")["scores"].tolist() == [35.0]  # mean over layers of 30 and 40
     out = run("authors_prob_mean")
     assert out["scores"].tolist() == [1.0] and out["maps"].max() <= 1.0
-    assert run_score(SimpleNamespace()) == "logit_max"  # a config without a score field: the default
-    assert run_score(SimpleNamespace(score="authors_prob_mean")) == "authors_prob_mean"  # a recipe's choice
+    assert run_score(SimpleNamespace()) == "logit_max"  # a config without a scoring field: the default
+    assert run_score(SimpleNamespace(scoring="authors_prob_mean")) == "authors_prob_mean"  # a recipe's choice
     assert run_score(SimpleNamespace(score="authors_prob_mean"), "logit_mean") == "logit_mean"  # override
     with pytest.raises(ValueError, match="score must be one of"):
         run("probability")
