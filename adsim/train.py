@@ -117,23 +117,33 @@ def objective(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
     parts["focal"] = L.focal_loss(z, masks_l, valid_l)
     parts["bce"] = L.bce_loss(feats.image_logits.flatten(), labels.repeat(n_layers))
     if head.centroids is not None:
-        # patch labels from the mask pooled to the patch grid: normal if no lesion pixel, anomalous if
-        # at least half lesion, unknown (not matched) in between or without a mask
-        frac = F.adaptive_avg_pool2d(masks[:, None], grid).flatten(1)
-        y_patch = (frac >= 0.5).float().flatten()
-        v_patch = (has_mask[:, None] * ((frac == 0) | (frac >= 0.5)).float()).flatten()
-        f_seg = torch.stack([s.flatten(0, 1) for s in feats.seg])  # (L, B*N, E) patch features
-        f_img = _core.normalize(torch.stack([d.mean(dim=1) for d in feats.det]))  # (L, B, E) image features
-        for start, f, y, v in ((0, f_seg, y_patch, v_patch), (n_layers, f_img, labels, torch.ones_like(labels))):
-            m = head.centroids.step(start, f, y, v)
-            parts["intra"] += (L.geodesic_intra(f, m.acc_pos, m.c_pos)
-                               + L.geodesic_intra(f, m.acc_neg, m.c_neg)).sum() / (2 * n_layers)
-            parts["inter"] += L.geodesic_inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg).sum() / (2 * n_layers)
+        parts["intra"], parts["inter"] = matching_losses(head, feats, batch, grid)
     parts["var"] = feats.var
     loss = (cfg.beta_dice * parts["dice"] + cfg.beta_focal * parts["focal"] + cfg.beta_bce * parts["bce"]
             + cfg.lambda_intra * parts["intra"] + cfg.lambda_inter * parts["inter"]
             + cfg.lambda_var * parts["var"])
     return loss, {k: torch.as_tensor(v).detach().float() for k, v in parts.items()}
+
+
+def matching_losses(head: Head, feats, batch, grid: int) -> tuple:
+    """``(L_intra, L_inter)`` of the centroid matching (means over layers and the two tasks); updates
+    the centroids (training mode). Patch labels come from the mask pooled to the patch grid: normal if
+    no lesion pixel, anomalous if at least half lesion, unknown (not matched) in between or without a
+    mask."""
+    labels, masks, has_mask = batch["label"], batch["mask"], batch["has_mask"]
+    n_layers = head.n_layers
+    intra = inter = 0.0
+    frac = F.adaptive_avg_pool2d(masks[:, None], grid).flatten(1)
+    y_patch = (frac >= 0.5).float().flatten()
+    v_patch = (has_mask[:, None] * ((frac == 0) | (frac >= 0.5)).float()).flatten()
+    f_seg = torch.stack([s.flatten(0, 1) for s in feats.seg])  # (L, B*N, E) patch features
+    f_img = _core.normalize(torch.stack([d.mean(dim=1) for d in feats.det]))  # (L, B, E) image features
+    for start, f, y, v in ((0, f_seg, y_patch, v_patch), (n_layers, f_img, labels, torch.ones_like(labels))):
+        m = head.centroids.step(start, f, y, v)
+        intra += (L.geodesic_intra(f, m.acc_pos, m.c_pos)
+                  + L.geodesic_intra(f, m.acc_neg, m.c_neg)).sum() / (2 * n_layers)
+        inter += L.geodesic_inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg).sum() / (2 * n_layers)
+    return intra, inter
 
 
 def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, grid: int, device, amp, *,
