@@ -16,6 +16,8 @@ import torch.nn.functional as F
 
 from poolsim import _core
 
+from ._sphere import unit_geodesic
+
 
 def _masked_mean(values, weights):
     total = weights.sum()
@@ -41,11 +43,21 @@ def bce_loss(logits, labels):
     return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 
 
-def geodesic_intra(f, accepted, c):
+def geodesic_intra(f, accepted, c, *, unit: bool = False):
     """``f: (..., n, d)``, ``accepted: (..., n)`` 0/1, ``c: (..., d)`` -> ``(...)``: mean of
-    ``d_G(f_j, c)^2`` over the accepted ``j`` (0 for an empty set)."""
-    d2 = _core.geodesic(f, c[..., None, :]) ** 2
-    return (accepted * d2).sum(-1) / torch.clamp(accepted.sum(-1), min=1.0)
+    ``d_G(f_j, c)^2`` over the accepted ``j`` (0 for an empty set).
+
+    Several centroids at once (one pass over ``f``): ``accepted: (..., k, n)``, ``c: (..., k, d)`` ->
+    ``(..., k)``. ``unit=True``: the rows of ``f`` are already unit vectors (skips normalising them).
+    Distances by ``adsim._sphere.unit_geodesic`` (the chord formula of ``_core.geodesic``).
+    """
+    multi = accepted.ndim == f.ndim
+    acc = accepted if multi else accepted[..., None, :]
+    cc = c if multi else c[..., None, :]
+    f = f if unit else _core.normalize(f)
+    d2 = unit_geodesic(f, _core.normalize(cc)).transpose(-1, -2) ** 2  # (..., k, n)
+    out = (acc * d2).sum(-1) / torch.clamp(acc.sum(-1), min=1.0)
+    return out if multi else out[..., 0]
 
 
 def geodesic_inter(c_pos, c_neg, both_initialised):

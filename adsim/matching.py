@@ -32,6 +32,8 @@ import torch
 
 from poolsim import _core
 
+from ._sphere import chords
+
 GATE_MODES = ("sequential", "batched")
 UPDATES = ("ema", "slerp")
 
@@ -60,8 +62,11 @@ def _move(c, f, alpha, update):
 
 def _gate(f, c_pos, c_neg, init_pos, init_neg, metric):
     """0/1 ``(accept_as_normal_if_normal, accept_as_anomaly_if_anomaly)`` for ``f: (..., d)``."""
-    d_pos = _core.distance(f, c_pos, metric)
-    d_neg = _core.distance(f, c_neg, metric)
+    return _decide(_core.distance(f, c_pos, metric), _core.distance(f, c_neg, metric), init_pos, init_neg)
+
+
+def _decide(d_pos, d_neg, init_pos, init_neg):
+    """The gate on distances to the two centroids (``init_*`` broadcast against ``d_*``)."""
     inf = torch.full_like(d_pos, float("inf"))
     d_pos_eff = torch.where(init_pos > 0, d_pos, inf)   # uninitialised centroid: infinitely far
     d_neg_eff = torch.where(init_neg > 0, d_neg, inf)
@@ -69,6 +74,37 @@ def _gate(f, c_pos, c_neg, init_pos, init_neg, metric):
     ok_pos = torch.where(init_pos > 0, _core.gate(d_pos, d_neg_eff), torch.ones_like(d_pos))
     ok_neg = torch.where(init_neg > 0, _core.gate(d_neg, d_pos_eff), torch.ones_like(d_neg))
     return ok_pos, ok_neg
+
+
+def _batched(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric, alpha, update) -> Matched:
+    """The batched gate for ``S`` slots at once with plain batched ops (no vmap).
+
+    ``f: (S, n, d)`` *unit* features, ``is_pos, is_neg: (n,)`` 0/1 label weights, ``c_*: (S, d)``,
+    ``init_*: (S,)``. Per slot the same as the per-feature rule of :func:`match`: distances to the
+    batch-start centroids (no gradient: the gate is 0/1), then each centroid moves one step towards
+    the normalised mean of its matched features. Costs per slot: one fused pass over ``f`` for the
+    geodesic gate (``_sphere.chords``, no gradient) and one matmul for both matched sums.
+    """
+    cents = torch.stack([c_pos, c_neg], dim=1)  # (S, 2, d)
+    inits = torch.stack([init_pos, init_neg], dim=1)  # (S, 2)
+    with torch.no_grad():
+        if metric == "geodesic":
+            # the angle 2 asin(y / 2) increases with the chord y = ||f - c^||, so comparing chords is
+            # comparing angles: one fused cdist pass (against c^ only) instead of angles from 2 chords
+            (dist,) = chords(f, _core.normalize(cents), both=False)  # (S, n, 2)
+        else:  # ablation metrics: the generic definitions (forward only)
+            dist = _core.distance(f[:, :, None, :], cents[:, None, :, :], metric)
+        ok_pos, ok_neg = _decide(dist[..., 0], dist[..., 1], init_pos[:, None], init_neg[:, None])
+    acc = torch.stack([ok_pos * is_pos, ok_neg * is_neg], dim=1).to(f.dtype)  # (S, 2, n)
+    total = acc.sum(-1)  # (S, 2)
+    has = total > 0
+    # matched means (the _core.weighted_mean rule, as one batched matmul for both centroids)
+    mean = torch.where(has[..., None], (acc @ f) / torch.where(has, total, 1.0)[..., None], cents)
+    moved = _move(cents, _core.normalize(mean), alpha, update)
+    h = has.to(f.dtype)
+    new = h[..., None] * moved + (1.0 - h[..., None]) * cents
+    inits = torch.maximum(inits, h)
+    return Matched(new[:, 0], new[:, 1], acc[:, 0], acc[:, 1], inits[:, 0], inits[:, 1])
 
 
 def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
@@ -84,16 +120,9 @@ def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geode
     y, valid = y.to(f.dtype), valid.to(f.dtype)
     is_pos, is_neg = (1.0 - y) * valid, y * valid
     if mode == "batched":
-        ok_pos, ok_neg = _gate(f, c_pos, c_neg, init_pos, init_neg, metric)
-        acc_pos, acc_neg = ok_pos * is_pos, ok_neg * is_neg
-        new = []
-        for c, acc, init in ((c_pos, acc_pos, init_pos), (c_neg, acc_neg, init_neg)):
-            mean, total = _core.weighted_mean(f, acc, c)
-            moved = _move(c, _core.normalize(mean), alpha, update)
-            has = (total > 0).to(f.dtype)
-            new.append((has * moved + (1.0 - has) * c, torch.maximum(init, has)))
-        (c_pos, init_pos), (c_neg, init_neg) = new
-        return Matched(c_pos, c_neg, acc_pos, acc_neg, init_pos, init_neg)
+        state = (t[None] for t in (c_pos, c_neg, init_pos, init_neg))
+        out = _batched(f[None], is_pos, is_neg, *state, metric=metric, alpha=alpha, update=update)
+        return Matched(*(t[0] for t in out))
     acc_pos, acc_neg = [], []
     for j in range(f.shape[0]):  # Algorithm 1 literally; no host sync inside the loop
         ok_pos, ok_neg = _gate(f[j], c_pos, c_neg, init_pos, init_neg, metric)
@@ -111,7 +140,7 @@ class CentroidBank(torch.nn.Module):
 
     ``step(start, f, y, valid)`` matches ``f: (S, n, d)`` against slots ``start .. start+S-1``
     (``y, valid: (n,)`` shared by the slots) and, in training mode, stores the detached result. The
-    batched gate is ``torch.func.vmap``-ed over the slots (one set of kernels for all layers).
+    batched gate runs all slots with the same batched kernels (``_batched``).
     """
 
     def __init__(self, n_slots: int, dim: int, *, metric: str = "geodesic", mode: str = "batched",
@@ -126,13 +155,17 @@ class CentroidBank(torch.nn.Module):
         self.register_buffer("init_pos", torch.zeros(n_slots))
         self.register_buffer("init_neg", torch.zeros(n_slots))
 
-    def step(self, start: int, f, y, valid) -> Matched:
-        """``Matched`` with a leading slot axis ``S`` on every field."""
+    def step(self, start: int, f, y, valid, *, unit: bool = False) -> Matched:
+        """``Matched`` with a leading slot axis ``S`` on every field. ``unit=True``: the rows of ``f``
+        are already unit vectors (skips the normalisation; batched mode only, else ignored)."""
         sl = slice(start, start + f.shape[0])
         state = (self.c_pos[sl], self.c_neg[sl], self.init_pos[sl], self.init_neg[sl])
         run = partial(match, metric=self.metric, mode=self.mode, alpha=self.alpha, update=self.update)
         if self.mode == "batched":
-            out = torch.func.vmap(run, in_dims=(0, None, None, 0, 0, 0, 0))(f, y, valid, *state)
+            f = f.float() if unit else _core.normalize(f.float())
+            y, valid = y.to(f.dtype), valid.to(f.dtype)
+            out = _batched(f, (1.0 - y) * valid, y * valid, *state, metric=self.metric, alpha=self.alpha,
+                           update=self.update)
         else:  # Algorithm 1's feature loop cannot be vectorised; slots one after the other
             per_slot = [run(f[s], y, valid, *(t[s] for t in state)) for s in range(f.shape[0])]
             out = Matched(*(torch.stack(field) for field in zip(*per_slot)))

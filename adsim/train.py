@@ -139,9 +139,9 @@ def matching_losses(head: Head, feats, batch, grid: int) -> tuple:
     f_seg = torch.stack([s.flatten(0, 1) for s in feats.seg])  # (L, B*N, E) patch features
     f_img = _core.normalize(torch.stack([d.mean(dim=1) for d in feats.det]))  # (L, B, E) image features
     for start, f, y, v in ((0, f_seg, y_patch, v_patch), (n_layers, f_img, labels, torch.ones_like(labels))):
-        m = head.centroids.step(start, f, y, v)
-        intra += (L.geodesic_intra(f, m.acc_pos, m.c_pos)
-                  + L.geodesic_intra(f, m.acc_neg, m.c_neg)).sum() / (2 * n_layers)
+        m = head.centroids.step(start, f, y, v, unit=True)  # seg: unit from _score; img: normalised above
+        acc, cents = torch.stack([m.acc_pos, m.acc_neg], dim=-2), torch.stack([m.c_pos, m.c_neg], dim=-2)
+        intra += L.geodesic_intra(f, acc, cents, unit=True).sum() / (2 * n_layers)  # both centroids, one pass
         inter += L.geodesic_inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg).sum() / (2 * n_layers)
     return intra, inter
 

@@ -4,7 +4,8 @@ No backbone: the adapter bottleneck outputs are random leaf tensors of the real 
 follows them is timed (the part the matching method adds):
 
 * ``matching losses``: ``adsim.train.matching_losses`` (8 centroid slots, gates, centroid updates,
-  ``L_intra``, ``L_inter``) forward + backward on unit features (L x (B, N, E));
+  ``L_intra``, ``L_inter``) forward + backward on unit features (L x (B, N, E), normalised random
+  leaves; the normalisation is timed too);
 * ``objective, match+VACA``: VACA + text scoring (``adsim.head._score``) + the full ``objective`` +
   backward, the matching method's step after the adapters;
 * ``objective, naive``: the same for the naive-pooling baseline (no VACA, no centroids).
@@ -96,16 +97,16 @@ def _child(args) -> None:
                     head.centroids.init_neg.fill_(1.0)
 
         leaves = [m.clone().requires_grad_(True) for m in mids]
-        unit = [torch.nn.functional.normalize(m, dim=-1).requires_grad_(True) for m in mids]
 
-        def matching():
+        def matching():  # unit features = normalize(leaf), so that gradients compare across versions
             reset(heads["match"])
-            for t in unit:
+            for t in leaves:
                 t.grad = None
+            unit = [torch.nn.functional.normalize(t, dim=-1) for t in leaves]
             f = _FakeFeats(unit[:n_layers], unit[n_layers:])
             intra, inter = T.matching_losses(heads["match"], f, batch, grid)
             (intra + inter).backward()
-            return intra, inter, sum(float(t.grad.double().abs().sum()) for t in unit)
+            return intra, inter, sum(float(t.grad.double().abs().sum()) for t in leaves)
 
         def step(kind):
             def run():
