@@ -10,6 +10,10 @@ follows them is timed (the part the matching method adds):
   backward, the matching method's step after the adapters;
 * ``objective, naive``: the same for the naive-pooling baseline (no VACA, no centroids).
 
+Besides the CPU time, each measurement reports its number of compute aten ops (leaf ops of forward +
+backward from ``torch.profiler``, without allocation/view ops): each is a kernel launch on a GPU,
+where the small-batch step is launch-bound, and the count does not depend on the machine's load.
+
 Shapes: ``vitl`` = ViT-L-14-336 at 238 px (L=4, B=16, N=17*17=289, E=768, 238 px masks) and ``tiny``
 (the tiny backbone: L=4, B=16, N=8*8, E=32, 64 px masks). The centroids start every timed call from
 the same random unit state, so every call does the same work.
@@ -132,14 +136,35 @@ def _child(args) -> None:
                 t0 = time.perf_counter()
                 fn()
                 times.append(time.perf_counter() - t0)
+            res_ops = _count_ops(fn)
             if label == "matching losses":
                 check = {"intra": float(first[0]), "inter": float(first[1]), "grad_abs_sum": first[2]}
             else:
                 check = {"loss": float(first[0]), "grad_abs_sum": first[2],
                          **{k: float(v) for k, v in first[1].items()}}
-            res[label] = {"times": times, "check": check}
+            res[label] = {"times": times, "check": check, "ops": res_ops}
         out[name] = res
     print("RESULT " + json.dumps(out))
+
+
+# aten ops that only allocate or change metadata (no kernel on a GPU)
+_NO_KERNEL = {"as_strided", "empty", "empty_strided", "empty_like", "view", "_unsafe_view", "_reshape_alias",
+              "reshape", "expand", "slice", "select", "t", "transpose", "unsqueeze", "squeeze", "permute",
+              "alias", "detach", "to", "resolve_conj", "resolve_neg", "promote_types", "result_type",
+              "scalar_tensor", "lift_fresh", "resize_", "unbind", "split", "narrow", "contiguous"}
+
+
+def _count_ops(fn) -> int:
+    """Leaf aten ops (no aten op below them) of one call, forward and backward, without the ops that
+    only allocate or reshape: on a GPU each is a kernel launch (the small-batch step is launch-bound);
+    unlike CPU time the count does not depend on the machine's load."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(1 for ev in prof.events() if ev.name.startswith("aten::")
+               and ev.name[len("aten::"):] not in _NO_KERNEL
+               and not any(ch.name.startswith("aten::") for ch in ev.cpu_children))
 
 
 class _FakeFeats:
@@ -205,8 +230,9 @@ def run(args) -> str:
              "Random features, not a real model; fp32.", "",
              "Implementations: " + "; ".join(f"**{k}** = {desc}" for k, (_, desc) in impls.items()) + ".", "",
              "| shape | measurement | " + " | ".join(f"{k} [ms]" for k in impls)
-             + (" | before / after |" if "before" in impls else " |"),
-             "|---|---|" + "---:|" * len(impls) + ("---:|" if "before" in impls else "")]
+             + (" | before / after |" if "before" in impls else " |")
+             + " | ".join(f" {k}: aten ops" for k in impls) + " |",
+             "|---|---|" + "---:|" * len(impls) + ("---:|" if "before" in impls else "") + "---:|" * len(impls)]
     for shape in args.shapes:
         L_, B, g, E, S = SHAPES[shape]
         for label in MEASURES:
@@ -215,6 +241,7 @@ def run(args) -> str:
                 f"{ms[k]:.1f}" for k in impls) + " |"
             if "before" in impls:
                 row += f" {ms['before'] / ms['after']:.2f}x |"
+            row += " | ".join(f" {runs[k][0][shape][label]['ops']}" for k in impls) + " |"
             lines.append(row)
     lines += ["", "| shape | implementation | match+VACA / naive (objective+backward) | overhead over naive [ms] |",
               "|---|---|---:|---:|"]
@@ -242,7 +269,7 @@ def main(argv=None) -> int:
     p.add_argument("--baseline", default=BASELINE,
                    help=f"git revision measured as 'before' (default {BASELINE}); '' = working tree only")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds per implementation")
-    p.add_argument("--iters", type=int, default=5, help="timed calls per measurement and round")
+    p.add_argument("--iters", type=int, default=3, help="timed calls per measurement and round")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls first (>= 1)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: shared machine)")
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"), help="markdown file to append to")
