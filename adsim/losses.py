@@ -62,4 +62,5 @@ def geodesic_intra(f, accepted, c, *, unit: bool = False):
 
 def geodesic_inter(c_pos, c_neg, both_initialised):
     """``-d_G(c+, c-)`` over the last axis, times the 0/1 ``both_initialised``."""
-    return -_core.geodesic(c_pos, c_neg) * both_initialised
+    u, v = _core.normalize(c_pos)[..., None, :], _core.normalize(c_neg)[..., None, :]
+    return -unit_geodesic(u, v)[..., 0, 0] * both_initialised

@@ -48,11 +48,15 @@ def safe_norm(x, *, axis: int = -1):
 
 
 def normalize(x, *, axis: int = -1):
-    """``x / ||x||`` along ``axis``; a zero vector stays zero (no NaN, finite gradient)."""
+    """``x / ||x||`` along ``axis``; a zero vector stays zero (no NaN, finite gradient).
+
+    Written as ``x / sqrt(where(s > 0, s, 1))`` with ``s = ||x||^2``: the same values as dividing by
+    :func:`safe_norm` where it is positive and by 1 elsewhere, in about half the array operations
+    (it runs on every feature tensor of an adsim training step, where each operation is a kernel).
+    """
     xp = namespace(x)
-    n = safe_norm(x, axis=axis)
-    n = xp.expand_dims(n, axis=axis)
-    return x / xp.where(n > 0, n, xp.ones_like(n))
+    s = xp.expand_dims(sum_squares(x, axis=axis), axis=axis)
+    return x / xp.sqrt(xp.where(s > 0, s, xp.ones_like(s)))
 
 
 def cosine_similarity(a, b):
