@@ -98,8 +98,11 @@ def _batched(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric, alp
     acc = torch.stack([ok_pos * is_pos, ok_neg * is_neg], dim=1).to(f.dtype)  # (S, 2, n)
     total = acc.sum(-1)  # (S, 2)
     has = total > 0
-    # matched means (the _core.weighted_mean rule, as one batched matmul for both centroids)
-    mean = torch.where(has[..., None], (acc @ f) / torch.where(has, total, 1.0)[..., None], cents)
+    # matched means (the _core.weighted_mean rule, as one batched matmul for both centroids), in
+    # float32 like the rest of matching even when called inside an autocast region
+    with torch.autocast(f.device.type, enabled=False):
+        num = acc @ f  # (S, 2, d)
+    mean = torch.where(has[..., None], num / torch.where(has, total, 1.0)[..., None], cents)
     moved = _move(cents, _core.normalize(mean), alpha, update)
     h = has.to(f.dtype)
     new = h[..., None] * moved + (1.0 - h[..., None]) * cents
