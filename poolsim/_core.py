@@ -51,8 +51,8 @@ def normalize(x, *, axis: int = -1):
     """``x / ||x||`` along ``axis``; a zero vector stays zero (no NaN, finite gradient).
 
     Written as ``x / sqrt(where(s > 0, s, 1))`` with ``s = ||x||^2``: the same values as dividing by
-    :func:`safe_norm` where it is positive and by 1 elsewhere, in about half the array operations
-    (it runs on every feature tensor of an adsim training step, where each operation is a kernel).
+    :func:`safe_norm` where it is positive and by 1 elsewhere, with fewer array operations (it runs on
+    every feature tensor of an adsim training step, where each operation is a GPU kernel).
     """
     xp = namespace(x)
     s = xp.expand_dims(sum_squares(x, axis=axis), axis=axis)
