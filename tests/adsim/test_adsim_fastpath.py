@@ -217,3 +217,30 @@ def test_geodesic_intra_several_centroids_equals_one_at_a_time():
     torch.testing.assert_close(L.geodesic_intra(unit, acc, c, unit=True), both, rtol=1e-12, atol=1e-14)
     assert math.isclose(float(L.geodesic_intra(f, torch.zeros(3, 2, 50, dtype=torch.float64), c).sum()), 0.0)
     assert np.isfinite(both.detach().numpy()).all()
+
+
+def test_vaca_from_raw_tokens_equals_from_unit_tokens():
+    # normalize(normalize(x) * w) = normalize(x * w): each row of normalize(x) is x's row times a
+    # positive factor. The raw path must give the same P~ and the same gradients w.r.t. x (float32
+    # rounding: 1e-5 relative) while skipping the inner normalisation in the backward pass.
+    from adsim.head import VACA
+
+    g = torch.Generator().manual_seed(4)
+    torch.manual_seed(4)  # the MLP's initial weights
+    vaca = VACA(16, gamma=2.0).train()
+    x = (3.0 * torch.randn(3, 10, 16, generator=g)).requires_grad_(True)
+    x_zero = torch.zeros(1, 10, 16).requires_grad_(True)  # zero rows stay zero on both paths
+    text = _unit(torch.randn(2, 16, generator=g))
+    r = torch.randn(3, 10, 16, generator=g)
+    outs, grads = [], []
+    for raw in (False, True):
+        p = _core.normalize(x)
+        out, var, w = vaca(p, text, raw=x if raw else None)
+        assert torch.isfinite(out).all()
+        outs.append(out)
+        grads.append(torch.autograd.grad((out * r).sum() + var, (x, *vaca.mlp.parameters())))
+        zero, _, _ = vaca(_core.normalize(x_zero), text, raw=x_zero if raw else None)
+        assert float(zero.detach().abs().max()) == 0.0
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
