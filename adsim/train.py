@@ -132,7 +132,7 @@ def matching_losses(head: Head, feats, batch, grid: int) -> tuple:
     mask."""
     labels, masks, has_mask = batch["label"], batch["mask"], batch["has_mask"]
     n_layers = head.n_layers
-    intra = inter = 0.0
+    intra, ms = 0.0, []
     frac = F.adaptive_avg_pool2d(masks[:, None], grid).flatten(1)
     y_patch = (frac >= 0.5).float().flatten()
     v_patch = (has_mask[:, None] * ((frac == 0) | (frac >= 0.5)).float()).flatten()
@@ -142,7 +142,9 @@ def matching_losses(head: Head, feats, batch, grid: int) -> tuple:
         m = head.centroids.step(start, f, y, v, unit=True)  # seg: unit from _score; img: normalised above
         acc, cents = torch.stack([m.acc_pos, m.acc_neg], dim=-2), torch.stack([m.c_pos, m.c_neg], dim=-2)
         intra += L.geodesic_intra(f, acc, cents, unit=True).sum() / (2 * n_layers)  # both centroids, one pass
-        inter += L.geodesic_inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg).sum() / (2 * n_layers)
+        ms.append(m)
+    c_pos, c_neg, both = (torch.cat(t) for t in zip(*((m.c_pos, m.c_neg, m.init_pos * m.init_neg) for m in ms)))
+    inter = L.geodesic_inter(c_pos, c_neg, both).sum() / (2 * n_layers)  # all 2L slots at once
     return intra, inter
 
 
