@@ -89,8 +89,13 @@ class VACA(nn.Module):
         self.register_buffer("delta_running", torch.zeros(dim))
         self.register_buffer("n_tracked", torch.zeros((), dtype=torch.long))
 
-    def forward(self, p_norm, text):
-        """``p_norm: (B, N, E)`` unit tokens, ``text: (2, E)`` -> ``(P~ (B, N, E) unit, Var (), w (E,))``."""
+    def forward(self, p_norm, text, raw=None):
+        """``p_norm: (B, N, E)`` unit tokens, ``text: (2, E)`` -> ``(P~ (B, N, E) unit, Var (), w (E,))``.
+
+        ``raw``: optionally the tokens ``p_norm`` was normalised from. Each row of ``p_norm`` is ``raw``'s
+        row times a positive factor, so ``normalize(raw * w)`` is the same ``P~``; computed that way the
+        backward pass skips ``p_norm``'s normalisation (one fewer forward + backward over the tokens
+        that the loss reaches)."""
         if self.training:
             with torch.no_grad():
                 delta = (p_norm.float().mean(dim=(0, 1)) * (text[0] - text[1])).abs()
@@ -102,7 +107,7 @@ class VACA(nn.Module):
             delta = self.delta_running
         w = 1.0 + self.gamma * nn.functional.softplus(self.mlp(delta))
         var = torch.var(delta * w, correction=0)
-        return _core.normalize(p_norm * w), var, w
+        return _core.normalize((p_norm if raw is None else raw) * w), var, w
 
 
 class Features(NamedTuple):
@@ -205,11 +210,12 @@ def _score(head: Head, seg_mid: list, det_mid: list) -> Features:
     var = ref.new_zeros((), dtype=torch.float32)
     with torch.autocast(ref.device.type, enabled=False):  # scoring and VACA in float32
         for k in range(head.n_layers):
-            ps, pd = _core.normalize(seg_mid[k].float()), _core.normalize(det_mid[k].float())
+            xs, xd = seg_mid[k].float(), det_mid[k].float()
+            ps, pd = _core.normalize(xs), _core.normalize(xd)
             det_raw.append(pd)
-            if head.vaca is not None:
-                ps, v_s, _ = head.vaca[k](ps, text)
-                pd, v_d, _ = head.vaca[head.n_layers + k](pd, text)
+            if head.vaca is not None:  # P~ from the raw tokens: no gradient through ps/pd's normalisation
+                ps, v_s, _ = head.vaca[k](ps, text, raw=xs)
+                pd, v_d, _ = head.vaca[head.n_layers + k](pd, text, raw=xd)
                 var = var + v_s + v_d
             seg.append(ps)
             det.append(pd)

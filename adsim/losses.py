@@ -18,6 +18,8 @@ import torch.nn.functional as F
 
 from poolsim import _core
 
+from ._sphere import unit_geodesic
+
 
 def _masked_mean(values, weights):
     total = weights.sum()
@@ -49,12 +51,24 @@ INTER_FORMS = ("neg_distance", "reciprocal")
 EPS_RECIPROCAL = 1e-6  # the authors' 1 / (d + 1e-6) (train_zero.py:186-187)
 
 
-def intra(f, accepted, c, *, metric: str = "geodesic", power: int = 2):
+def intra(f, accepted, c, *, metric: str = "geodesic", power: int = 2, unit: bool = False):
     """``f: (..., n, d)``, ``accepted: (..., n)`` 0/1, ``c: (..., d)`` -> ``(...)``: mean of
     ``M(f_j, c)^power`` over the accepted ``j`` (0 for an empty set). ``M`` is ``_core.distance``
-    with ``metric`` (the paper: ``d_G``, ``power = 2``; the authors' code: ``d_G``, ``power = 1``)."""
-    d = _core.distance(f, c[..., None, :], metric) ** power
-    return (accepted * d).sum(-1) / torch.clamp(accepted.sum(-1), min=1.0)
+    with ``metric`` (the paper: ``d_G``, ``power = 2``; the authors' code: ``d_G``, ``power = 1``).
+
+    Several centroids at once (one pass over ``f``): ``accepted: (..., k, n)``, ``c: (..., k, d)`` ->
+    ``(..., k)``. For ``d_G`` the distances come from ``adsim._sphere.unit_geodesic`` (the chord formula
+    of ``_core.geodesic`` in one fused kernel); ``unit=True``: the rows of ``f`` are already unit
+    vectors (skips normalising them)."""
+    multi = accepted.ndim == f.ndim
+    acc = accepted if multi else accepted[..., None, :]
+    cc = c if multi else c[..., None, :]
+    if metric == "geodesic":
+        d = unit_geodesic(f if unit else _core.normalize(f), _core.normalize(cc)).transpose(-1, -2)  # (..., k, n)
+    else:
+        d = _core.distance(f[..., None, :, :], cc[..., :, None, :], metric)
+    out = (acc * d ** power).sum(-1) / torch.clamp(acc.sum(-1), min=1.0)
+    return out if multi else out[..., 0]
 
 
 def inter(c_pos, c_neg, both_initialised, *, metric: str = "geodesic", form: str = "neg_distance"):
@@ -81,9 +95,9 @@ def cross(f, accepted, c_other, other_initialised, *, metric: str = "geodesic"):
     return (n > 0).to(f.dtype) * other_initialised / (mean + EPS_RECIPROCAL)
 
 
-def geodesic_intra(f, accepted, c):
+def geodesic_intra(f, accepted, c, *, unit: bool = False):
     """:func:`intra` with the paper's ``d_G^2``."""
-    return intra(f, accepted, c, metric="geodesic", power=2)
+    return intra(f, accepted, c, metric="geodesic", power=2, unit=unit)
 
 
 def geodesic_inter(c_pos, c_neg, both_initialised):

@@ -60,6 +60,8 @@ import torch
 
 from poolsim import _core
 
+from ._sphere import chords
+
 GATE_MODES = ("sequential", "batched")
 UPDATES = ("ema", "slerp")
 
@@ -90,12 +92,15 @@ def _gate(f, c_pos, c_neg, init_pos, init_neg, metric, tau=None):
     """0/1 ``(accept_as_normal_if_normal, accept_as_anomaly_if_anomaly)`` for ``f: (..., d)``.
     ``tau=None``: adaptive (own centroid strictly closer); a number: fixed radius ``d_own < tau``.
 
-    Array-API code: the same function runs on torch (literal loop, batched gate) and inside the
-    compiled ``jax.lax.scan`` of :func:`match_sequential`.
+    Array-API code: the same function runs on torch (literal loop) and inside the compiled
+    ``jax.lax.scan`` of :func:`match_sequential`.
     """
-    xp = _core.namespace(f, c_pos, c_neg)
-    d_pos = _core.distance(f, c_pos, metric)
-    d_neg = _core.distance(f, c_neg, metric)
+    return _decide(_core.distance(f, c_pos, metric), _core.distance(f, c_neg, metric), init_pos, init_neg, tau)
+
+
+def _decide(d_pos, d_neg, init_pos, init_neg, tau=None):
+    """The gate on distances to the two centroids (``init_*`` broadcast against ``d_*``; array API)."""
+    xp = _core.namespace(d_pos, d_neg)
     inf = xp.full_like(d_pos, float("inf"))
     d_pos_eff = xp.where(init_pos > 0, d_pos, inf)   # uninitialised centroid: infinitely far
     d_neg_eff = xp.where(init_neg > 0, d_neg, inf)
@@ -103,6 +108,40 @@ def _gate(f, c_pos, c_neg, init_pos, init_neg, metric, tau=None):
     ok_pos = xp.where(init_pos > 0, _core.gate(d_pos, d_neg_eff if tau is None else tau), xp.ones_like(d_pos))
     ok_neg = xp.where(init_neg > 0, _core.gate(d_neg, d_pos_eff if tau is None else tau), xp.ones_like(d_neg))
     return ok_pos, ok_neg
+
+
+def _batched(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric, alpha, update, tau=None) -> Matched:
+    """The batched gate for ``S`` slots at once with plain batched ops (no vmap).
+
+    ``f: (S, n, d)`` *unit* features, ``is_pos, is_neg: (n,)`` 0/1 label weights, ``c_*: (S, d)``,
+    ``init_*: (S,)``, ``tau`` as :func:`_gate`. Per slot the same as the per-feature rule of
+    :func:`match`: distances to the batch-start centroids (no gradient: the gate is 0/1), then each centroid moves one step towards
+    the normalised mean of its matched features. Costs per slot: one fused pass over ``f`` for the
+    geodesic gate (``_sphere.chords``, no gradient) and one matmul for both matched sums.
+    """
+    cents = torch.stack([c_pos, c_neg], dim=1)  # (S, 2, d)
+    inits = torch.stack([init_pos, init_neg], dim=1)  # (S, 2)
+    with torch.no_grad():
+        if metric == "geodesic" and tau is None:
+            # the angle 2 asin(y / 2) increases with the chord y = ||f - c^||, so comparing chords is
+            # comparing angles: one fused cdist pass (against c^ only) instead of angles from 2 chords
+            (dist,) = chords(f, _core.normalize(cents), both=False)  # (S, n, 2)
+        else:  # ablation metrics and a fixed radius: the generic definitions (forward only)
+            dist = _core.distance(f[:, :, None, :], cents[:, None, :, :], metric)
+        ok_pos, ok_neg = _decide(dist[..., 0], dist[..., 1], init_pos[:, None], init_neg[:, None], tau)
+    acc = torch.stack([ok_pos * is_pos, ok_neg * is_neg], dim=1).to(f.dtype)  # (S, 2, n)
+    total = acc.sum(-1)  # (S, 2)
+    has = total > 0
+    # matched means (the _core.weighted_mean rule, as one batched matmul for both centroids), in
+    # float32 like the rest of matching even when called inside an autocast region
+    with torch.autocast(f.device.type, enabled=False):
+        num = acc @ f  # (S, 2, d)
+    mean = torch.where(has[..., None], num / torch.where(has, total, 1.0)[..., None], cents)
+    moved = _move(cents, _core.normalize(mean), alpha, update)
+    h = has.to(f.dtype)
+    new = h[..., None] * moved + (1.0 - h[..., None]) * cents
+    inits = torch.maximum(inits, h)
+    return Matched(new[:, 0], new[:, 1], acc[:, 0], acc[:, 1], inits[:, 0], inits[:, 1])
 
 
 def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
@@ -118,16 +157,9 @@ def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geode
     y, valid = y.to(f.dtype), valid.to(f.dtype)
     is_pos, is_neg = (1.0 - y) * valid, y * valid
     if mode == "batched":
-        ok_pos, ok_neg = _gate(f, c_pos, c_neg, init_pos, init_neg, metric, tau)
-        acc_pos, acc_neg = ok_pos * is_pos, ok_neg * is_neg
-        new = []
-        for c, acc, init in ((c_pos, acc_pos, init_pos), (c_neg, acc_neg, init_neg)):
-            mean, total = _core.weighted_mean(f, acc, c)
-            moved = _move(c, _core.normalize(mean), alpha, update)
-            has = (total > 0).to(f.dtype)
-            new.append((has * moved + (1.0 - has) * c, torch.maximum(init, has)))
-        (c_pos, init_pos), (c_neg, init_neg) = new
-        return Matched(c_pos, c_neg, acc_pos, acc_neg, init_pos, init_neg)
+        state = (t[None] for t in (c_pos, c_neg, init_pos, init_neg))
+        out = _batched(f[None], is_pos, is_neg, *state, metric=metric, alpha=alpha, update=update, tau=tau)
+        return Matched(*(t[0] for t in out))
     acc_pos, acc_neg = [], []
     for j in range(f.shape[0]):  # Algorithm 1 literally; no host sync inside the loop
         ok_pos, ok_neg = _gate(f[j], c_pos, c_neg, init_pos, init_neg, metric, tau)
@@ -284,9 +316,9 @@ class CentroidBank(torch.nn.Module):
 
     ``step(start, f, y, valid)`` matches ``f: (S, n, d)`` against slots ``start .. start+S-1``
     (``y, valid: (n,)`` shared by the slots) and, in training mode, stores the detached result. The
-    batched gate is ``torch.func.vmap``-ed over the slots (one set of kernels for all layers); the
-    sequential gate is :func:`match_sequential` (all slots in one compiled scan) for the EMA update and
-    the literal loop of :func:`match` for slerp.
+    batched gate runs all slots with the same batched kernels (``_batched``); the sequential gate is
+    :func:`match_sequential` (all slots in one compiled scan) for the EMA update and the literal loop
+    of :func:`match` for slerp.
     """
 
     def __init__(self, n_slots: int, dim: int, *, metric: str = "geodesic", mode: str = "batched",
@@ -301,13 +333,17 @@ class CentroidBank(torch.nn.Module):
         self.register_buffer("init_pos", torch.zeros(n_slots))
         self.register_buffer("init_neg", torch.zeros(n_slots))
 
-    def step(self, start: int, f, y, valid) -> Matched:
-        """``Matched`` with a leading slot axis ``S`` on every field."""
+    def step(self, start: int, f, y, valid, *, unit: bool = False) -> Matched:
+        """``Matched`` with a leading slot axis ``S`` on every field. ``unit=True``: the rows of ``f``
+        are already unit vectors (skips the normalisation; batched mode only, else ignored)."""
         sl = slice(start, start + f.shape[0])
         state = (self.c_pos[sl], self.c_neg[sl], self.init_pos[sl], self.init_neg[sl])
         run = partial(match, metric=self.metric, mode=self.mode, alpha=self.alpha, update=self.update, tau=self.tau)
         if self.mode == "batched":
-            out = torch.func.vmap(run, in_dims=(0, None, None, 0, 0, 0, 0))(f, y, valid, *state)
+            f = f.float() if unit else _core.normalize(f.float())
+            y, valid = y.to(f.dtype), valid.to(f.dtype)
+            out = _batched(f, (1.0 - y) * valid, y * valid, *state, metric=self.metric, alpha=self.alpha,
+                           update=self.update, tau=self.tau)
         elif self.update == "ema":  # exact sequential gate, all slots in one compiled scan
             out = match_sequential(f, y, valid, *state, metric=self.metric, alpha=self.alpha, tau=self.tau)
         else:  # slerp: the literal loop, slots one after the other

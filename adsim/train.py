@@ -135,6 +135,37 @@ def _match_sets(cfg: TrainConfig, feats, labels, masks, has_mask, grid: int) -> 
     return sets
 
 
+def matching_losses(cfg: TrainConfig, head: Head, feats, labels, masks, has_mask, grid: int) -> tuple:
+    """``(L_intra, L_inter, keep (B,))`` of the centroid matching (means over the matched sets and
+    layers); updates the centroids (training mode). ``keep`` is the per-sample loss weight: 0 for a
+    sample that failed the gate under ``gate_filter="skip_step"``, else 1. Every matched feature is a
+    unit vector (``_match_sets``), so the gate and ``L_intra`` skip re-normalising, and ``L_intra``
+    takes both centroids of a slot in one pass."""
+    lm = cfg.metric if cfg.loss_metric == "gate" else "geodesic"
+    sets = _match_sets(cfg, feats, labels, masks, has_mask, grid)
+    matched = [(f, owner, v, head.centroids.step(start, f, y, v, unit=True)) for start, f, y, v, owner in sets]
+    keep = torch.ones_like(labels)
+    if cfg.gate_filter == "skip_step":
+        failed = torch.zeros_like(labels)
+        for _, owner, v, m in matched:  # a valid unit that neither centroid accepted failed the gate
+            failed = failed.index_add(0, owner, (v * (1.0 - m.acc_pos - m.acc_neg)).amax(0))
+        keep = (failed == 0).to(labels.dtype)
+    norm = len(matched) * head.n_layers
+    intra = inter = 0.0
+    for f, owner, _, m in matched:
+        k = keep[owner]
+        acc_pos, acc_neg = m.acc_pos * k, m.acc_neg * k
+        both = L.intra(f, torch.stack([acc_pos, acc_neg], -2), torch.stack([m.c_pos, m.c_neg], -2), metric=lm,
+                       power=cfg.intra_power, unit=True)  # (L, 2)
+        intra = intra + both.sum() / norm
+        inter = inter + L.inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg, metric=lm,
+                                form=cfg.inter_form).sum() / norm
+        if cfg.inter_form == "reciprocal":
+            inter = inter + (L.cross(f, acc_pos, m.c_neg, m.init_neg, metric=lm)
+                             + L.cross(f, acc_neg, m.c_pos, m.init_pos, metric=lm)).sum() / norm
+    return intra, inter, keep
+
+
 def objective(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
     """``L_total = b1 Dice + b2 Focal + b3 BCE + l1 L_intra + l2 L_inter + l_var Var`` (means over
     layers). Updates the centroids (training mode). With ``gate_filter="skip_step"`` a sample with a
@@ -148,25 +179,7 @@ def objective(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
     parts = dict.fromkeys(("intra", "inter"), 0.0)
     keep = torch.ones_like(labels)  # (B,) per-sample loss weight
     if head.centroids is not None:
-        lm = cfg.metric if cfg.loss_metric == "gate" else "geodesic"
-        sets = _match_sets(cfg, feats, labels, masks, has_mask, grid)
-        matched = [(start, f, owner, v, head.centroids.step(start, f, y, v)) for start, f, y, v, owner in sets]
-        if cfg.gate_filter == "skip_step":
-            failed = torch.zeros_like(labels)
-            for _, _, owner, v, m in matched:  # a valid unit that neither centroid accepted failed the gate
-                failed = failed.index_add(0, owner, (v * (1.0 - m.acc_pos - m.acc_neg)).amax(0))
-            keep = (failed == 0).to(labels.dtype)
-        norm = len(matched) * n_layers
-        for _, f, owner, _, m in matched:
-            k = keep[owner]
-            acc_pos, acc_neg = m.acc_pos * k, m.acc_neg * k
-            parts["intra"] += (L.intra(f, acc_pos, m.c_pos, metric=lm, power=cfg.intra_power)
-                               + L.intra(f, acc_neg, m.c_neg, metric=lm, power=cfg.intra_power)).sum() / norm
-            parts["inter"] += L.inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg, metric=lm,
-                                      form=cfg.inter_form).sum() / norm
-            if cfg.inter_form == "reciprocal":
-                parts["inter"] += (L.cross(f, acc_pos, m.c_neg, m.init_neg, metric=lm)
-                                   + L.cross(f, acc_neg, m.c_pos, m.init_pos, metric=lm)).sum() / norm
+        parts["intra"], parts["inter"], keep = matching_losses(cfg, head, feats, labels, masks, has_mask, grid)
     # all layers at once: (L*B, S, S) logits against the masks repeated per layer (= mean over layers)
     z = F.interpolate(torch.stack(feats.seg_logits).reshape(-1, 1, grid, grid), size=(size, size),
                       mode="bilinear", align_corners=False)[:, 0]

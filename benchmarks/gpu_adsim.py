@@ -143,11 +143,12 @@ def run(args) -> str:
 
     bank = CentroidBank(8, spec.embed_dim).to(device)
     bank.c_pos[:], bank.c_neg[:], bank.init_pos[:], bank.init_neg[:] = c[0], c[1], 1.0, 1.0
-    f_seg, f_img = f.expand(4, n, spec.embed_dim), f[:b].expand(4, b, spec.embed_dim)
+    # contiguous like the stacked features of a training step (an expanded view would be copied per call)
+    f_seg, f_img = f.expand(4, n, spec.embed_dim).contiguous(), f[:b].expand(4, b, spec.embed_dim).contiguous()
 
-    def gates_batched():  # what one training step runs: 4 seg slots (B*N features) + 4 det slots (B)
-        bank.step(0, f_seg, y, v)
-        bank.step(4, f_img, y[:b], v[:b])
+    def gates_batched():  # what one training step runs: 4 seg slots (B*N unit features) + 4 det slots (B)
+        bank.step(0, f_seg, y, v, unit=True)
+        bank.step(4, f_img, y[:b], v[:b], unit=True)
     t_gates = _time(gates_batched, device, **kw)
     add(f"batched gates, all 8 slots of a step ({n} patch features/layer)", t_gates)
 
