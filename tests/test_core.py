@@ -222,3 +222,73 @@ def test_weighted_mean_and_empty_gate_fallback():
     np.testing.assert_array_equal(_core.gate(np.array([0.5, 1.0, 1.5]), 1.0), [1.0, 0.0, 0.0])
     with pytest.raises(ValueError, match="metric"):
         _core.distance(x, fb, "manhattan")
+
+
+# ---------------------------------------------------------------- padding rows and the stopping rule
+# Issue 16's two surviving mutants: (1) match_step without the ``mass > 0`` mask reports padding
+# rows as matched; (2) the NumPy/torch loop stopping at 100 * tol instead of tol. Both are checked
+# on every backend, at the core (here) and through poolsim.match (tests/test_strategies.py).
+ARRAYS = {"numpy": np.asarray, "jax": jnp.asarray, "torch": torch.tensor}
+
+
+@pytest.mark.parametrize("backend", list(ARRAYS))
+def test_padding_rows_are_never_included(backend):
+    """Rows of mass 0 are padding: never in ``included`` even when they sit on the centroid."""
+    arr = ARRAYS[backend]
+    # three real points near the origin, two padding rows (mass 0) exactly at the centroid c = 0
+    points = arr(np.array([[0.1, 0.0], [-0.1, 0.0], [0.0, 0.2], [0.0, 0.0], [0.05, 0.0]]))
+    mass = arr(np.array([1.0, 2.0, 1.0, 0.0, 0.0]))
+    c0 = arr(np.zeros(2))
+    # every row is within tau of c (cosine distance <= 2 < 2.5, angle <= pi < 3.5): only the mask
+    # keeps the padding out
+    expected = [1.0, 1.0, 1.0, 0.0, 0.0]
+    for metric, tau in (("l2", 1.0), ("cosine", 2.5), ("geodesic", 3.5)):
+        _, inc, total = _core.match_step(points, mass, c0 + arr(np.array([1e-3, 0.0])), tau, metric)
+        np.testing.assert_array_equal(_host(inc), expected, err_msg=metric)
+        assert float(_host(total)) == 4.0  # 1 + 2 + 1: the matched mass counts real points only
+        _, inc, _, _, total = _core.iterate_match(points, mass, c0, tau, "l2", tol=1e-12, max_iter=20)
+        np.testing.assert_array_equal(_host(inc), expected)
+        C = arr(np.array([[0.0, 0.0], [5.0, 5.0]]))  # multimodal: mode 0 owns the three real rows
+        _, w, tot = _core.multi_match_step(points, mass, C, arr(np.array([1.0, 1.0])), "l2")
+        np.testing.assert_array_equal(_host(w), np.stack([expected, np.zeros(5)], axis=1))
+        np.testing.assert_array_equal(_host(tot), [4.0, 0.0])
+
+
+def _one_step_then_exact():
+    """1-D data where the first step moves by tol <= 0.9/900 = 1e-3 < 100 tol (tol = 1e-4) and the
+    second by exactly 0: a mass of 899 at 0 and one point at 0.9, tau = 1, c0 = 0. Step 1 gates
+    both in and moves c to (899 * 0 + 0.9) / 900 = 1e-3; step 2 gates the same set (c_2 = c_1), so
+    the correct rule stops at t = 2 and a rule that accepted moves < 100 tol would stop at t = 1."""
+    return np.array([[0.0], [0.9]]), np.array([899.0, 1.0]), np.zeros(1), 1.0, 1e-4
+
+
+def _assert_stopping_rule(run, c0, tol):
+    """``run(max_iter) -> (c, included, n_iter, converged, total)``. A converged result at
+    ``n_iter = t`` must have ``||c_t - c_{t-1}|| < tol`` and no earlier step below tol, where
+    ``c_{t-1}`` is the result of the same run cut at ``max_iter = t - 1`` (``c_0 = c0``)."""
+    c, _, n_iter, conv, _ = run(50)
+    n_iter = int(_host(n_iter))
+    assert bool(_host(conv))
+    prev = [np.asarray(c0)] + [_host(run(t)[0]) for t in range(1, n_iter)]
+    steps = [np.linalg.norm(b - a) for a, b in zip(prev, prev[1:] + [_host(c)])]
+    assert steps[-1] < tol, steps
+    assert all(s >= tol for s in steps[:-1]), steps
+    for t in range(1, n_iter):  # cut before convergence: not converged, ran every iteration
+        out = run(t)
+        assert not bool(_host(out[3])) and int(_host(out[2])) == t
+    return n_iter, steps
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax", "jax-jit", "torch"])
+def test_iterate_match_stops_exactly_below_tol(backend):
+    points, mass, c0, tau, tol = _one_step_then_exact()
+    arr = ARRAYS[backend.split("-")[0]]
+    p, m, c = arr(points), arr(mass), arr(c0)
+
+    def run(max_iter):
+        f = lambda p, m, c: _core.iterate_match(p, m, c, tau, "l2", tol=tol, max_iter=max_iter)  # noqa: E731
+        return (jax.jit(f) if backend == "jax-jit" else f)(p, m, c)
+
+    n_iter, steps = _assert_stopping_rule(run, c0, tol)
+    assert n_iter == 2 and tol <= steps[0] < 100 * tol and steps[1] == 0.0
+    np.testing.assert_allclose(_host(run(50)[0]), [0.9 / 900], rtol=1e-15)
