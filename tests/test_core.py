@@ -292,3 +292,81 @@ def test_iterate_match_stops_exactly_below_tol(backend):
     n_iter, steps = _assert_stopping_rule(run, c0, tol)
     assert n_iter == 2 and tol <= steps[0] < 100 * tol and steps[1] == 0.0
     np.testing.assert_allclose(_host(run(50)[0]), [0.9 / 900], rtol=1e-15)
+
+
+@pytest.mark.parametrize("backend", list(ARRAYS))
+def test_float32_in_float32_out(backend):
+    """Every core function keeps a float32 input float32 (0/1 weights and fallbacks included), so
+    torch models in float32 and JAX without x64 never get silently promoted to float64."""
+    arr = lambda a: ARRAYS[backend](np.asarray(a, dtype=np.float32))  # noqa: E731
+    x = arr([[0.1, 0.0], [1.0, 1.0], [3.0, -1.0]])
+    c, w, f = arr([0.2, 0.1]), arr([1.0, 1.0, 0.0]), arr([0.0, 1.0])
+    C, taus = arr([[0.0, 0.0], [3.0, -1.0]]), arr([1.0, 0.5])
+    outs = [_core.distance(x, c, m) for m in _core.METRICS]
+    outs += [_core.gate(outs[0], 1.0), _core.normalize(x), _core.safe_norm(x),
+             _core.cosine_similarity(x, c), _core.geodesic(x, c), *_core.weighted_mean(x, w, c),
+             _core.ema_update(c, f), _core.ema_update(c, f, renormalize=False),
+             _core.slerp_update(c, f), _core.weighted_median(x, w), _core.weighted_median(x),
+             *_core.match_step(x, w, c, 1.0, "l2"),
+             *_core.running_update(c, arr(2.0), x[0], 1.0, "l2"),
+             _core.exclusive_gate(_core.distance(x[:, None, :], C[None], "l2"), taus),
+             *_core.multi_match_step(x, w, C, taus, "l2")]
+    c_it, inc, _, _, total = _core.iterate_match(x, w, c, 1.0, "l2", tol=1e-6, max_iter=10)
+    outs += [c_it, inc, total]
+    for i, o in enumerate(outs):
+        assert str(o.dtype).endswith("float32"), (i, o.dtype)
+
+
+@pytest.mark.parametrize("backend", list(ARRAYS))
+def test_running_update_closed_form(backend):
+    """Proof of Thm 3(3): accept iff M(x - c) < tau, then c' = (count c + x) / (count + 1) and
+    count' = count + 1; a rejected x changes nothing. Batched over a leading axis."""
+    arr = ARRAYS[backend]
+    c = np.array([[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+    x = np.array([[0.6, 0.8], [3.0, 4.0], [1.0, 2.0]])  # distances 1, 5, 1
+    count = np.array([3.0, 3.0, 1.0])
+    c2, n2, acc = _core.running_update(arr(c), arr(count), arr(x), 1.5, "l2")
+    np.testing.assert_array_equal(_host(acc), [1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(_host(n2), [4.0, 3.0, 2.0])
+    # (3 * 0 + (0.6, 0.8)) / 4 = (0.15, 0.2); rejected: (0, 0); (1 * (1, 1) + (1, 2)) / 2 = (1, 1.5)
+    np.testing.assert_allclose(_host(c2), [[0.15, 0.2], [0.0, 0.0], [1.0, 1.5]], rtol=1e-15)
+    # strict gate: a point at distance exactly tau is rejected
+    _, _, acc = _core.running_update(arr(c[0]), arr(np.array(3.0)), arr(x[0]), 1.0, "l2")
+    assert float(_host(acc)) == 0.0
+    # another metric: geodesic angle between (1, 0) and (0, 1) is pi/2 < 2 -> accepted, count 0
+    # -> the new centroid is x itself
+    c3, n3, acc = _core.running_update(arr(np.array([1.0, 0.0])), arr(np.array(0.0)),
+                                       arr(np.array([0.0, 1.0])), 2.0, "geodesic")
+    assert float(_host(acc)) == 1.0 and float(_host(n3)) == 1.0
+    np.testing.assert_allclose(_host(c3), [0.0, 1.0], atol=1e-15)
+
+
+def test_mixing_array_libraries_is_a_type_error():
+    """One call, one array library: a NumPy array next to a torch tensor is refused with
+    array-api-compat's TypeError (never silently converted), by every core entry point."""
+    x, c, w = np.ones((3, 2)), np.zeros(2), np.ones(3)
+    t = torch.tensor
+    C, taus = np.zeros((2, 2)), np.ones(2)
+    calls = {
+        "distance": lambda: _core.distance(t(x), c, "l2"),
+        "cosine_similarity": lambda: _core.cosine_similarity(x, t(c)),
+        "geodesic": lambda: _core.geodesic(t(x), c),
+        "weighted_mean": lambda: _core.weighted_mean(x, t(w), c),
+        "weighted_mean fallback": lambda: _core.weighted_mean(x, w, t(c)),
+        "ema_update": lambda: _core.ema_update(t(c), c),
+        "slerp_update": lambda: _core.slerp_update(c, t(c)),
+        "match_step points": lambda: _core.match_step(t(x), w, c, 1.0, "l2"),
+        "match_step mass": lambda: _core.match_step(x, t(w), c, 1.0, "l2"),
+        "match_step c": lambda: _core.match_step(x, w, t(c), 1.0, "l2"),
+        "iterate_match points": lambda: _core.iterate_match(t(x), w, c, 1.0, "l2", tol=1e-6, max_iter=3),
+        "iterate_match mass": lambda: _core.iterate_match(x, t(w), c, 1.0, "l2", tol=1e-6, max_iter=3),
+        "iterate_match c0": lambda: _core.iterate_match(x, w, t(c), 1.0, "l2", tol=1e-6, max_iter=3),
+        "running_update": lambda: _core.running_update(c, 1.0, t(c), 1.0, "l2"),
+        "multi_match_step points": lambda: _core.multi_match_step(t(x), w, C, taus, "l2"),
+        "multi_match_step mass": lambda: _core.multi_match_step(x, t(w), C, taus, "l2"),
+        "multi_match_step C": lambda: _core.multi_match_step(x, w, t(C), taus, "l2"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match="[Mm]ultiple namespaces"):
+            call()
+            pytest.fail(name)
