@@ -370,3 +370,17 @@ def test_mixing_array_libraries_is_a_type_error():
         with pytest.raises(TypeError, match="[Mm]ultiple namespaces"):
             call()
             pytest.fail(name)
+
+
+@pytest.mark.parametrize("backend", list(ARRAYS))
+def test_slerp_antipodal_falls_back_to_ema_with_the_same_alpha(backend):
+    """Antipodal c and f have no unique great-circle arc; slerp_update then returns
+    ema_update(c, f, alpha) with the caller's alpha: alpha c + (1 - alpha) f renormalised, which
+    for f = -k c is sign(alpha - (1 - alpha) k) c (and c itself when that sum is exactly 0)."""
+    arr = ARRAYS[backend]
+    c = np.array([0.6, -0.8, 0.0])
+    for alpha, k, expected in ((0.3, 1.0, -c), (0.7, 1.0, c), (0.5, 1.0, c), (0.3, 2.5, -c),
+                               (0.6, 2.5, -c), (0.8, 2.5, c)):
+        got = _host(_core.slerp_update(arr(c), arr(-k * c), alpha))
+        np.testing.assert_allclose(got, expected, atol=1e-12, err_msg=f"alpha={alpha}, k={k}")
+        np.testing.assert_allclose(got, _host(_core.ema_update(arr(c), arr(-k * c), alpha)), atol=1e-12)
