@@ -88,3 +88,13 @@ def test_unsigned_and_integer_inputs_are_differenced_as_real_numbers():
 def test_non_finite_message_says_what_is_wrong():
     with pytest.raises(ValueError, match="y contains NaN or inf"):
         poolsim.da_score([70.0, np.inf])
+
+
+def test_one_run_gives_a_python_float_and_messages_name_the_lengths():
+    # documented return type: a Python float for 1-D y (not a NumPy scalar or a 0-d array)
+    assert type(poolsim.da_score([70, 72, 71, 75, 80])) is float
+    with pytest.raises(ValueError, match=r"weights must have length L-1 = 4 for y of length 5, "
+                                         r"got shape \(3,\)"):
+        poolsim.da_score([70, 72, 71, 75, 80], weights=[0.2, 0.3, 0.5])
+    with pytest.raises(ValueError, match="weights contains NaN or inf"):
+        poolsim.da_score([70, 72, 71], weights=[0.5, np.nan])
