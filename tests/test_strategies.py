@@ -101,6 +101,10 @@ def test_match_and_pool_trace_under_jit():
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(jax.jit(lambda x: poolsim.naive_pool(x).mean)(X),
                                poolsim.naive_pool(X).mean, rtol=1e-12)
+    # an explicit init of X's library is used as is, so it may be a tracer too
+    c0 = jnp.asarray([2.0, 0.0, 0.0])
+    traced = jax.jit(lambda x, c: poolsim.match(x, 1.0, init=c).centroid)(X, c0)
+    np.testing.assert_allclose(traced, poolsim.match(X, 1.0, init=c0).centroid, rtol=1e-12)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -102,3 +102,14 @@ def test_geodesic_intra_batched_and_single_member():
     assert out.shape == (2,)
     for g, e in zip(out.tolist(), expected):
         assert math.isclose(g, e, rel_tol=1e-6)
+
+
+def test_focal_is_per_image_mean_then_masked():
+    # image 1: the two pixels of test_focal_by_hand, mean (ln 2 / 4 + 9 ln 4 / 16) / 2;
+    # image 2: one pixel z = 0, y = 0 repeated -> ln(2) / 4; only image 1 valid -> image 1's value
+    z = torch.tensor([[[0.0, math.log(3.0)]], [[0.0, 0.0]]])
+    y = torch.tensor([[[1.0, 0.0]], [[0.0, 0.0]]])
+    first = (math.log(2) / 4 + 9 * math.log(4) / 16) / 2
+    assert math.isclose(float(L.focal_loss(z, y, torch.tensor([1.0, 0.0]))), first, rel_tol=1e-6)
+    both = (first + math.log(2) / 4) / 2
+    assert math.isclose(float(L.focal_loss(z, y, torch.ones(2))), both, rel_tol=1e-6)
