@@ -34,8 +34,12 @@ def dice_loss(prob, target, valid, smooth: float = 1.0):
 
 
 def focal_loss(logits, target, valid, gamma: float = 2.0):
-    """``logits, target: (B, H, W)`` (anomaly logit, 0/1 target), ``valid: (B,)``."""
-    log_pt = torch.where(target > 0.5, F.logsigmoid(logits), F.logsigmoid(-logits))
+    """``logits, target: (B, H, W)`` (anomaly logit, target in [0, 1]), ``valid: (B,)``.
+
+    A pixel is anomalous iff ``target >= 0.5`` (at least half lesion: the rule ``adsim.train``
+    uses for patch labels, so a resized mask's half-covered pixel is anomalous in both places).
+    """
+    log_pt = torch.where(target >= 0.5, F.logsigmoid(logits), F.logsigmoid(-logits))
     per_pixel = -((1.0 - torch.exp(log_pt)) ** gamma) * log_pt
     return _masked_mean(per_pixel.flatten(1).mean(1), valid)
 

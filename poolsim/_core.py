@@ -10,7 +10,9 @@ tensors (with autograd). Rules that keep it traceable and differentiable:
   identical vectors, at zero vectors and at cosine = +-1.
 
 Shapes: ``x: (..., d)`` points, ``c: (d,)`` or ``(..., d)`` centroids (broadcast), ``w: (...,)``
-weights. The functions never look at values on the host, so they also work on tracers.
+weights. The functions never look at values on the host, so they also work on tracers. All array
+arguments of one call must come from one library: mixing them is array-api-compat's TypeError
+("Multiple namespaces"), never a silent conversion.
 """
 from __future__ import annotations
 
@@ -24,10 +26,6 @@ METRICS = ("l2", "cosine", "geodesic")
 def namespace(*arrays: Any):
     """The array-API namespace shared by ``arrays`` (NumPy, jax.numpy or torch)."""
     return array_namespace(*arrays)
-
-
-def _tiny(xp, x):
-    return xp.finfo(x.dtype).tiny
 
 
 def sum_squares(x, *, axis: int = -1):
@@ -88,6 +86,7 @@ def geodesic(a, b):
     Mathematically ``arccos(clip(cos(a, b), -1, 1))``; computed by :func:`chord_angle` on the unit
     vectors ``u, v``, i.e. ``2 * atan2(||u - v||, ||u + v||)``.
     """
+    namespace(a, b)  # one array library (TypeError otherwise) before any arithmetic mixes them
     u, v = normalize(a), normalize(b)
     return chord_angle(safe_norm(u - v), safe_norm(u + v))
 
@@ -98,7 +97,10 @@ def distance(x, c, metric: str):
     * ``"l2"``: ``||x - c||_2``
     * ``"cosine"``: ``1 - cos(x, c)`` (in [0, 2]; not a metric, kept for the paper's ablation)
     * ``"geodesic"``: ``arccos(cos(x, c))`` (in [0, pi]; see :func:`geodesic`)
+
+    ``x`` and ``c`` must come from one array library (TypeError otherwise, for every metric).
     """
+    namespace(x, c)
     if metric == "l2":
         return safe_norm(x - c)
     if metric == "cosine":

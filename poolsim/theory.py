@@ -379,6 +379,14 @@ def tau_band(eps_K: float, tau: float, m_M: float, L_M: float) -> TauBand:
     (b) guaranteed inclusion: ``||mu - mu_*|| <= tau/L_M - eps_K``  =>  ``M(mu - c_K) <= tau``;
     the band is nonempty iff ``tau >= L_M eps_K``. Note the gate is strict (``M < tau``), so (b)
     guarantees acceptance only for ``||mu - mu_*|| < tau/L_M - eps_K``.
+
+    Domain: every finite ``eps_K >= 0``, ``tau > 0``, ``0 < m_M <= L_M``, zero and subnormals
+    included; huge ratios give ``inf``. Each bound is computed in float64 with two roundings
+    (``/`` then ``-`` or ``+``), so it is exact when those operations are (e.g. issue 15's
+    subnormal case ``tau_band(5e-324, 5e-324, 1, 1) = (1e-323, 0.0, True)``), otherwise within an
+    ulp; ``nonempty`` read off ``include_within >= 0`` shares that rounding at the boundary
+    ``tau = L_M eps_K``. A caller who builds ``||mu - mu_*||`` in floats must keep its own rounding
+    (e.g. underflow of the squares in a norm below ~1e-154) out of the comparison.
     """
     eps = _nonneg("eps_K", eps_K)
     _checks.positive("tau", tau)

@@ -222,3 +222,165 @@ def test_weighted_mean_and_empty_gate_fallback():
     np.testing.assert_array_equal(_core.gate(np.array([0.5, 1.0, 1.5]), 1.0), [1.0, 0.0, 0.0])
     with pytest.raises(ValueError, match="metric"):
         _core.distance(x, fb, "manhattan")
+
+
+# ---------------------------------------------------------------- padding rows and the stopping rule
+# Issue 16's two surviving mutants: (1) match_step without the ``mass > 0`` mask reports padding
+# rows as matched; (2) the NumPy/torch loop stopping at 100 * tol instead of tol. Both are checked
+# on every backend, at the core (here) and through poolsim.match (tests/test_strategies.py).
+ARRAYS = {"numpy": np.asarray, "jax": jnp.asarray, "torch": torch.tensor}
+
+
+@pytest.mark.parametrize("backend", list(ARRAYS))
+def test_padding_rows_are_never_included(backend):
+    """Rows of mass 0 are padding: never in ``included`` even when they sit on the centroid."""
+    arr = ARRAYS[backend]
+    # three real points near the origin, two padding rows (mass 0) exactly at the centroid c = 0
+    points = arr(np.array([[0.1, 0.0], [-0.1, 0.0], [0.0, 0.2], [0.0, 0.0], [0.05, 0.0]]))
+    mass = arr(np.array([1.0, 2.0, 1.0, 0.0, 0.0]))
+    c0 = arr(np.zeros(2))
+    # every row is within tau of c (cosine distance <= 2 < 2.5, angle <= pi < 3.5): only the mask
+    # keeps the padding out
+    expected = [1.0, 1.0, 1.0, 0.0, 0.0]
+    for metric, tau in (("l2", 1.0), ("cosine", 2.5), ("geodesic", 3.5)):
+        _, inc, total = _core.match_step(points, mass, c0 + arr(np.array([1e-3, 0.0])), tau, metric)
+        np.testing.assert_array_equal(_host(inc), expected, err_msg=metric)
+        assert float(_host(total)) == 4.0  # 1 + 2 + 1: the matched mass counts real points only
+        _, inc, _, _, total = _core.iterate_match(points, mass, c0, tau, "l2", tol=1e-12, max_iter=20)
+        np.testing.assert_array_equal(_host(inc), expected)
+        C = arr(np.array([[0.0, 0.0], [5.0, 5.0]]))  # multimodal: mode 0 owns the three real rows
+        _, w, tot = _core.multi_match_step(points, mass, C, arr(np.array([1.0, 1.0])), "l2")
+        np.testing.assert_array_equal(_host(w), np.stack([expected, np.zeros(5)], axis=1))
+        np.testing.assert_array_equal(_host(tot), [4.0, 0.0])
+
+
+def _one_step_then_exact():
+    """1-D data where the first step moves by tol <= 0.9/900 = 1e-3 < 100 tol (tol = 1e-4) and the
+    second by exactly 0: a mass of 899 at 0 and one point at 0.9, tau = 1, c0 = 0. Step 1 gates
+    both in and moves c to (899 * 0 + 0.9) / 900 = 1e-3; step 2 gates the same set (c_2 = c_1), so
+    the correct rule stops at t = 2 and a rule that accepted moves < 100 tol would stop at t = 1."""
+    return np.array([[0.0], [0.9]]), np.array([899.0, 1.0]), np.zeros(1), 1.0, 1e-4
+
+
+def _assert_stopping_rule(run, c0, tol):
+    """``run(max_iter) -> (c, included, n_iter, converged, total)``. A converged result at
+    ``n_iter = t`` must have ``||c_t - c_{t-1}|| < tol`` and no earlier step below tol, where
+    ``c_{t-1}`` is the result of the same run cut at ``max_iter = t - 1`` (``c_0 = c0``)."""
+    c, _, n_iter, conv, _ = run(50)
+    n_iter = int(_host(n_iter))
+    assert bool(_host(conv))
+    prev = [np.asarray(c0)] + [_host(run(t)[0]) for t in range(1, n_iter)]
+    steps = [np.linalg.norm(b - a) for a, b in zip(prev, prev[1:] + [_host(c)])]
+    assert steps[-1] < tol, steps
+    assert all(s >= tol for s in steps[:-1]), steps
+    for t in range(1, n_iter):  # cut before convergence: not converged, ran every iteration
+        out = run(t)
+        assert not bool(_host(out[3])) and int(_host(out[2])) == t
+    return n_iter, steps
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax", "jax-jit", "torch"])
+def test_iterate_match_stops_exactly_below_tol(backend):
+    points, mass, c0, tau, tol = _one_step_then_exact()
+    arr = ARRAYS[backend.split("-")[0]]
+    p, m, c = arr(points), arr(mass), arr(c0)
+
+    def run(max_iter):
+        f = lambda p, m, c: _core.iterate_match(p, m, c, tau, "l2", tol=tol, max_iter=max_iter)  # noqa: E731
+        return (jax.jit(f) if backend == "jax-jit" else f)(p, m, c)
+
+    n_iter, steps = _assert_stopping_rule(run, c0, tol)
+    assert n_iter == 2 and tol <= steps[0] < 100 * tol and steps[1] == 0.0
+    np.testing.assert_allclose(_host(run(50)[0]), [0.9 / 900], rtol=1e-15)
+
+
+@pytest.mark.parametrize("backend", list(ARRAYS))
+def test_float32_in_float32_out(backend):
+    """Every core function keeps a float32 input float32 (0/1 weights and fallbacks included), so
+    torch models in float32 and JAX without x64 never get silently promoted to float64."""
+    arr = lambda a: ARRAYS[backend](np.asarray(a, dtype=np.float32))  # noqa: E731
+    x = arr([[0.1, 0.0], [1.0, 1.0], [3.0, -1.0]])
+    c, w, f = arr([0.2, 0.1]), arr([1.0, 1.0, 0.0]), arr([0.0, 1.0])
+    C, taus = arr([[0.0, 0.0], [3.0, -1.0]]), arr([1.0, 0.5])
+    outs = [_core.distance(x, c, m) for m in _core.METRICS]
+    outs += [_core.gate(outs[0], 1.0), _core.normalize(x), _core.safe_norm(x),
+             _core.cosine_similarity(x, c), _core.geodesic(x, c), *_core.weighted_mean(x, w, c),
+             _core.ema_update(c, f), _core.ema_update(c, f, renormalize=False),
+             _core.slerp_update(c, f), _core.weighted_median(x, w), _core.weighted_median(x),
+             *_core.match_step(x, w, c, 1.0, "l2"),
+             *_core.running_update(c, arr(2.0), x[0], 1.0, "l2"),
+             _core.exclusive_gate(_core.distance(x[:, None, :], C[None], "l2"), taus),
+             *_core.multi_match_step(x, w, C, taus, "l2")]
+    c_it, inc, _, _, total = _core.iterate_match(x, w, c, 1.0, "l2", tol=1e-6, max_iter=10)
+    outs += [c_it, inc, total]
+    for i, o in enumerate(outs):
+        assert str(o.dtype).endswith("float32"), (i, o.dtype)
+
+
+@pytest.mark.parametrize("backend", list(ARRAYS))
+def test_running_update_closed_form(backend):
+    """Proof of Thm 3(3): accept iff M(x - c) < tau, then c' = (count c + x) / (count + 1) and
+    count' = count + 1; a rejected x changes nothing. Batched over a leading axis."""
+    arr = ARRAYS[backend]
+    c = np.array([[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+    x = np.array([[0.6, 0.8], [3.0, 4.0], [1.0, 2.0]])  # distances 1, 5, 1
+    count = np.array([3.0, 3.0, 1.0])
+    c2, n2, acc = _core.running_update(arr(c), arr(count), arr(x), 1.5, "l2")
+    np.testing.assert_array_equal(_host(acc), [1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(_host(n2), [4.0, 3.0, 2.0])
+    # (3 * 0 + (0.6, 0.8)) / 4 = (0.15, 0.2); rejected: (0, 0); (1 * (1, 1) + (1, 2)) / 2 = (1, 1.5)
+    np.testing.assert_allclose(_host(c2), [[0.15, 0.2], [0.0, 0.0], [1.0, 1.5]], rtol=1e-15)
+    # strict gate: a point at distance exactly tau is rejected
+    _, _, acc = _core.running_update(arr(c[0]), arr(np.array(3.0)), arr(x[0]), 1.0, "l2")
+    assert float(_host(acc)) == 0.0
+    # another metric: geodesic angle between (1, 0) and (0, 1) is pi/2 < 2 -> accepted, count 0
+    # -> the new centroid is x itself
+    c3, n3, acc = _core.running_update(arr(np.array([1.0, 0.0])), arr(np.array(0.0)),
+                                       arr(np.array([0.0, 1.0])), 2.0, "geodesic")
+    assert float(_host(acc)) == 1.0 and float(_host(n3)) == 1.0
+    np.testing.assert_allclose(_host(c3), [0.0, 1.0], atol=1e-15)
+
+
+def test_mixing_array_libraries_is_a_type_error():
+    """One call, one array library: a NumPy array next to a torch tensor is refused with
+    array-api-compat's TypeError (never silently converted), by every core entry point."""
+    x, c, w = np.ones((3, 2)), np.zeros(2), np.ones(3)
+    t = torch.tensor
+    C, taus = np.zeros((2, 2)), np.ones(2)
+    calls = {
+        "distance": lambda: _core.distance(t(x), c, "l2"),
+        "cosine_similarity": lambda: _core.cosine_similarity(x, t(c)),
+        "geodesic": lambda: _core.geodesic(t(x), c),
+        "weighted_mean": lambda: _core.weighted_mean(x, t(w), c),
+        "weighted_mean fallback": lambda: _core.weighted_mean(x, w, t(c)),
+        "ema_update": lambda: _core.ema_update(t(c), c),
+        "slerp_update": lambda: _core.slerp_update(c, t(c)),
+        "match_step points": lambda: _core.match_step(t(x), w, c, 1.0, "l2"),
+        "match_step mass": lambda: _core.match_step(x, t(w), c, 1.0, "l2"),
+        "match_step c": lambda: _core.match_step(x, w, t(c), 1.0, "l2"),
+        "iterate_match points": lambda: _core.iterate_match(t(x), w, c, 1.0, "l2", tol=1e-6, max_iter=3),
+        "iterate_match mass": lambda: _core.iterate_match(x, t(w), c, 1.0, "l2", tol=1e-6, max_iter=3),
+        "iterate_match c0": lambda: _core.iterate_match(x, w, t(c), 1.0, "l2", tol=1e-6, max_iter=3),
+        "running_update": lambda: _core.running_update(c, 1.0, t(c), 1.0, "l2"),
+        "multi_match_step points": lambda: _core.multi_match_step(t(x), w, C, taus, "l2"),
+        "multi_match_step mass": lambda: _core.multi_match_step(x, t(w), C, taus, "l2"),
+        "multi_match_step C": lambda: _core.multi_match_step(x, w, t(C), taus, "l2"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match="[Mm]ultiple namespaces"):
+            call()
+            pytest.fail(name)
+
+
+@pytest.mark.parametrize("backend", list(ARRAYS))
+def test_slerp_antipodal_falls_back_to_ema_with_the_same_alpha(backend):
+    """Antipodal c and f have no unique great-circle arc; slerp_update then returns
+    ema_update(c, f, alpha) with the caller's alpha: alpha c + (1 - alpha) f renormalised, which
+    for f = -k c is sign(alpha - (1 - alpha) k) c (and c itself when that sum is exactly 0)."""
+    arr = ARRAYS[backend]
+    c = np.array([0.6, -0.8, 0.0])
+    for alpha, k, expected in ((0.3, 1.0, -c), (0.7, 1.0, c), (0.5, 1.0, c), (0.3, 2.5, -c),
+                               (0.6, 2.5, -c), (0.8, 2.5, c)):
+        got = _host(_core.slerp_update(arr(c), arr(-k * c), alpha))
+        np.testing.assert_allclose(got, expected, atol=1e-12, err_msg=f"alpha={alpha}, k={k}")
+        np.testing.assert_allclose(got, _host(_core.ema_update(arr(c), arr(-k * c), alpha)), atol=1e-12)

@@ -74,3 +74,27 @@ def test_batched_shapes_match_loop(rng):
 def test_bad_input(kwargs, name):
     with pytest.raises(ValueError, match=rf"\b{name}\b"):
         poolsim.da_score(**kwargs)
+
+
+def test_unsigned_and_integer_inputs_are_differenced_as_real_numbers():
+    # Performance stored as uint8 percent: a drop 80 -> 70 must be a drop (-10), not the unsigned
+    # wrap-around 246. Eq. 15 on (70, 80, 70, 75): diffs (10, -10, 5), s = (1, 2, 3) / 6:
+    # (1 + 1.0 * 1/6) + 0 + (1 + 0.5 * 3/6) = 2 + 1/6 + 1/4 = 2.41666...
+    expected = 2 + 1 / 6 + 1 / 4
+    for dtype in (np.uint8, np.int64, np.float32):
+        assert poolsim.da_score(np.array([70, 80, 70, 75], dtype=dtype)) == pytest.approx(expected, rel=1e-7)
+
+
+def test_non_finite_message_says_what_is_wrong():
+    with pytest.raises(ValueError, match="y contains NaN or inf"):
+        poolsim.da_score([70.0, np.inf])
+
+
+def test_one_run_gives_a_python_float_and_messages_name_the_lengths():
+    # documented return type: a Python float for 1-D y (not a NumPy scalar or a 0-d array)
+    assert type(poolsim.da_score([70, 72, 71, 75, 80])) is float
+    with pytest.raises(ValueError, match=r"weights must have length L-1 = 4 for y of length 5, "
+                                         r"got shape \(3,\)"):
+        poolsim.da_score([70, 72, 71, 75, 80], weights=[0.2, 0.3, 0.5])
+    with pytest.raises(ValueError, match="weights contains NaN or inf"):
+        poolsim.da_score([70, 72, 71], weights=[0.5, np.nan])

@@ -179,6 +179,12 @@ BAD = {
     "jitter nan": (lambda: metadist.outlier_schedule(jitter=float("nan"), d=2), "jitter"),
     "K=0": (lambda: metadist.symmetric_gaussian(1.0, d=2)(0, 0), "K"),
     "key": (lambda: metadist.symmetric_gaussian(1.0, d=2)("seed", 3), "key"),
+    # a number given as a string or a bool is refused, not converted (float("0.3"), float(True))
+    "p str": (lambda: metadist.contaminated("0.3", 1.0, d=2), "p"),
+    "gamma bool": (lambda: metadist.symmetric_gaussian(True, d=2), "gamma"),
+    "mu_star shape skewed": (lambda: metadist.skewed(1.0, d=2, mu_star=[0.0, 0.0, 0.0]), "mu_star"),
+    "mu_star shape contaminated": (lambda: metadist.contaminated(0.2, 1.0, d=2, mu_star=[1.0] * 3),
+                                   "mu_star"),
 }
 
 
@@ -187,3 +193,35 @@ def test_bad_parameters_raise_value_error_naming_them(case):
     call, name = BAD[case]
     with pytest.raises(ValueError, match=rf"\b{name}\b"):
         call()
+
+
+def test_every_factory_records_name_target_and_parameters_in_any_dimension():
+    """The fields theory.py and the engine read (name, mu_star, params, flags) are what each
+    factory documents, for d = 1 (the 1-D closed forms) and d = 3; from_callable's defaults are
+    not symmetric, i.i.d., moments unknown."""
+    for d in (1, 3):
+        mu = np.arange(1.0, d + 1.0)
+        e1 = np.eye(d)[0]
+        cases = [
+            (metadist.symmetric_gaussian(1.5, d=d, mu_star=mu), "symmetric_gaussian",
+             {"gamma": 1.5}, True, True),
+            (metadist.balanced(1.5, d=d, mu_star=mu), "balanced", {"gamma": 1.5}, True, False),
+            (metadist.contaminated(0.2, 3.0, d=d, mu_star=mu), "contaminated",
+             {"p": 0.2, "alpha": 3.0, "gamma": 0.5, "direction": e1}, False, True),
+            (metadist.skewed(1.0, d=d, mu_star=mu), "skewed",
+             {"scale": 1.0, "gamma": 0.3, "direction": e1}, False, True),
+            (metadist.outlier_schedule(d=d, mu_star=mu), "outlier_schedule",
+             {"every": 3, "radius": 2.5, "gamma": 0.5, "jitter": 0.2, "direction": e1}, False, False),
+        ]
+        for md, name, params, symmetric, iid in cases:
+            assert md.name == name and md.d == d
+            np.testing.assert_array_equal(md.mu_star, mu)
+            assert md.params.keys() == params.keys()
+            for k, v in params.items():
+                np.testing.assert_array_equal(md.params[k], v)
+            assert md.symmetric is symmetric and md.iid is iid
+            assert np.asarray(md(0, 4)).shape == (4, d)
+        custom = metadist.from_callable(lambda key, K: jax.random.normal(key, (K, d)), d=d)
+        assert custom.name == "custom" and custom.symmetric is False and custom.iid is True
+        assert custom.mean is None and custom.cov is None and custom.params == {}
+        np.testing.assert_array_equal(custom.mu_star, np.zeros(d))

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import poolsim
 from poolsim._reference import ref_match_multimodal
+from poolsim.testing import examples, finite_floats
 
 
 def _as_domains(points):
@@ -52,11 +53,16 @@ def _lemma_config(seed, M, d, R, eps, extra, gap):
     return mu, np.array(pts), np.array(labels), np.array(C), taus
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), M=st.integers(2, 4), d=st.integers(1, 4),
-       R=st.floats(0.05, 2.0), eps=st.floats(0.0, 1.0),
-       extra=st.lists(st.floats(0.0, 1.5), min_size=4, max_size=4), gap=st.floats(1e-6, 1.0))
+       R=finite_floats(0.05, 2.0), eps=finite_floats(0.0, 1.0, subnormal=True),
+       extra=st.lists(finite_floats(0.0, 1.5, subnormal=True), min_size=4, max_size=4),
+       gap=finite_floats(1e-6, 1.0))
 def test_lemma_separation_no_wrong_mode(seed, M, d, R, eps, extra, gap):
+    """Lemma (multimodal reduction) (a) + coverage. Domain: R in [0.05, 2], centroid error eps and
+    radius slack extra_m in [0, 1] and [0, 1.5] -- zero (centroid exactly on its mode, tau exactly
+    R + eps) and subnormals included: they enter only through sums with R >= 0.05, where they
+    round away without touching the margins -- separation slack gap in [1e-6, 1]."""
     mu, pts, truth, C, taus = _lemma_config(seed, M, d, R, eps, extra, gap)
     X = _as_domains(pts)
     # Lemma (a) + coverage, at the given centroids (one assignment step): every point goes to its

@@ -101,6 +101,10 @@ def test_match_and_pool_trace_under_jit():
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(jax.jit(lambda x: poolsim.naive_pool(x).mean)(X),
                                poolsim.naive_pool(X).mean, rtol=1e-12)
+    # an explicit init of X's library is used as is, so it may be a tracer too
+    c0 = jnp.asarray([2.0, 0.0, 0.0])
+    traced = jax.jit(lambda x, c: poolsim.match(x, 1.0, init=c).centroid)(X, c0)
+    np.testing.assert_allclose(traced, poolsim.match(X, 1.0, init=c0).centroid, rtol=1e-12)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -251,3 +255,52 @@ def test_bad_input_raises_value_error_naming_argument(case):
     # ... and says what is allowed (a range, a set of choices, or "finite").
     msg = str(err.value)
     assert any(word in msg for word in ("must", "one of", ">=", "finite")), msg
+
+
+# ---------------------------------------------------------------- issue 16: padding and stopping
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("metric", list(TAUS))
+def test_sample_level_never_reports_padding_as_included(backend, metric):
+    """Ragged counts, level="sample": padding rows are never in ``included``, even when the
+    padding (any finite values are allowed) lies on top of the matched samples. Issue 16's
+    example: counts = [5, 2, 3] with the padding equal to each domain's first sample."""
+    rng = np.random.default_rng(16)
+    counts = np.array([5, 2, 3])
+    X = np.array([2.0, 0.5, 0.0]) + 0.01 * rng.normal(size=(3, 5, 3))
+    valid = np.arange(5)[None, :] < counts[:, None]
+    X = np.where(valid[..., None], X, X[:, :1, :])  # padding = a copy of a real, matched sample
+    res = poolsim.match(BACKENDS[backend](X), TAUS[metric], metric=metric, level="sample",
+                        counts=BACKENDS[backend](counts))
+    inc = _host(res.included)
+    # all 10 real samples lie within 0.1 of each other, far inside every tau: all matched
+    np.testing.assert_array_equal(inc, valid.astype(float))
+    assert float(_host(res.n_matched)) == counts.sum()
+    np.testing.assert_allclose(_host(res.mean), X[valid].mean(axis=0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("level", ["domain", "sample"])
+def test_match_stops_at_the_first_step_below_tol(backend, level):
+    """``converged`` means the last step moved less than ``tol`` and no earlier one did: checked by
+    re-running with ``max_iter`` cut at every earlier iteration (the result of a cut run is the
+    iterate c_t). Data: domain 0 has 899 samples at 0, domain 1 one sample at 0.9 (ragged), tau = 1,
+    init 0: the first step moves to 0.9 / 900 = 1e-3 (in [tol, 100 tol) for tol = 1e-4), the
+    second by exactly 0 -- the same iterates at both levels, since the samples of domain 0 coincide."""
+    tol = 1e-4
+    X = np.zeros((2, 899, 1))
+    X[1, 0, 0] = 0.9
+    counts = np.array([899, 1])
+    Xb, cb = BACKENDS[backend](X), BACKENDS[backend](counts)
+
+    def cut(max_iter):
+        return poolsim.match(Xb, 1.0, level=level, init=np.zeros(1), tol=tol, max_iter=max_iter,
+                             counts=cb)
+
+    res = cut(100)
+    assert bool(_host(res.converged)) and int(_host(res.n_iter)) == 2
+    first = cut(1)
+    assert not bool(_host(first.converged)) and int(_host(first.n_iter)) == 1
+    step1 = abs(float(_host(first.centroid)[0]))
+    step2 = abs(float(_host(res.centroid)[0]) - float(_host(first.centroid)[0]))
+    assert tol <= step1 < 100 * tol and step2 < tol
+    np.testing.assert_allclose(_host(res.centroid), [0.9 / 900], rtol=1e-12)

@@ -3,8 +3,14 @@ matched-set properties, Thm 3's deterministic steps and the exchangeability Coro
 
 Every expected relation comes from the paper's statement (cited in each test) or from the valid
 replacement derived in the docstring of :mod:`poolsim.theory`.
+
+Float domains (issue 15; see :mod:`poolsim.testing`): every float drawn here is finite and inside
+its stated bounds (no huge values); zero is drawn wherever the bounds contain it; subnormals are
+drawn only where a test's docstring says they are in the domain of its claim. Example budgets go
+through :func:`poolsim.testing.examples`, so ``HYPOTHESIS_PROFILE=deep`` runs 50x as many.
 """
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -14,19 +20,28 @@ from hypothesis.extra import numpy as hnp
 
 import poolsim
 from poolsim import _core, theory
-from poolsim.testing import (admissible_pairs, domain_collections, metric_cases, permutations,
-                             unit_vectors)
+from poolsim.testing import (admissible_pairs, domain_collections, examples, finite_floats,
+                             metric_cases, permutations, unit_vectors)
 
-FAST = settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(deadline=None, max_examples=examples(60), suppress_health_check=[HealthCheck.too_slow])
 D = 3
-vec = hnp.arrays(np.float64, (D,), elements=st.floats(-5, 5, allow_subnormal=False))
+vec = hnp.arrays(np.float64, (D,), elements=finite_floats(-5, 5))  # zero in, subnormals out
+
+# eps_K of Cor. (b): 0, or in [1e-150, 2]. Nonzero eps_K below ~1e-154 is outside this test's
+# domain (not the Corollary's): the test builds its premise r < tau/L_M - eps_K in floats, and there
+# the squares inside the norm r underflow (r computes as 0 for a true r ~ eps_K) and tau's product
+# rounds away its 1% margin -- issue 15's counterexample, kept in the regression test below.
+EPS_K = st.just(0.0) | finite_floats(1e-150, 2.0)
 
 
 # --------------------------------------------------------------------- Corollary (optimal tau)
 @FAST
-@given(st.data(), metric_cases(), st.floats(0.0, 2.0), st.floats(0.01, 0.99))
+@given(st.data(), metric_cases(), finite_floats(0.0, 2.0, subnormal=True), finite_floats(0.01, 0.99))
 def test_corollary_a_safe_exclusion(data, case, eps_frac, u):
-    """Cor. (a): ||mu - mu*|| > eps_K + tau/m_M  =>  M(mu - c_K) > tau."""
+    """Cor. (a): ||mu - mu*|| > eps_K + tau/m_M  =>  M(mu - c_K) > tau.
+
+    Domain: eps_K = eps_frac ||mu - c|| / 2 with eps_frac in [0, 2], zero and subnormals included
+    (the premise is built with a margin r - eps_K > 1e-9 that a subnormal eps_K cannot erode)."""
     c, mu = data.draw(admissible_pairs(case, D))
     direction = data.draw(unit_vectors(D))
     r_cm = float(np.linalg.norm(mu - c))
@@ -42,10 +57,13 @@ def test_corollary_a_safe_exclusion(data, case, eps_frac, u):
 
 
 @FAST
-@given(st.data(), metric_cases(), st.floats(0.0, 2.0), st.floats(0.01, 1.0))
+@given(st.data(), metric_cases(), EPS_K, finite_floats(0.01, 1.0))
 def test_corollary_b_guaranteed_inclusion(data, case, eps, u):
     """Cor. (b): ||mu - mu*|| < tau/L_M - eps_K  =>  the domain is accepted (strict form, see
-    the boundary test below)."""
+    the boundary test below).
+
+    Domain: eps_K = 0 or in [1e-150, 2] (:data:`EPS_K`); zero vectors and c = mu included; no
+    subnormal inputs. The premise is built in floats with a relative margin u >= 1%."""
     c, mu = data.draw(admissible_pairs(case, D))
     mu_star = c + eps * data.draw(unit_vectors(D))
     r = float(np.linalg.norm(mu - mu_star))
@@ -54,6 +72,49 @@ def test_corollary_b_guaranteed_inclusion(data, case, eps, u):
     band = theory.tau_band(eps, tau, case.m_M, case.L_M)
     assert band.nonempty and r < band.include_within
     assert float(_core.gate(case(mu, c), tau)) == 1.0
+
+
+def _exact_norm_squared(v):
+    """||v||^2 of a float vector in exact rational arithmetic (no underflow, no rounding)."""
+    return sum(Fraction(float(a)) ** 2 for a in v)
+
+
+def test_corollary_b_subnormal_counterexample_is_outside_the_test_domain():
+    """Issue 15's counterexample, found at 50x examples: l2 (m_M = L_M = 1), c = mu = 0,
+    eps_K = 5e-324 (the smallest subnormal), u = 0.25, direction (1, 1, 1)/sqrt(3).
+
+    What happened, in exact rational arithmetic on the very floats the test computed:
+    * mu* = eps_K * direction rounds to (5e-324, 5e-324, 5e-324) (0.577 * 5e-324 rounds up to the
+      smallest subnormal), so the true ||mu - mu*|| is sqrt(3) * 5e-324 ~ 8.6e-324, but
+      np.linalg.norm squares 5e-324 to 0 and returns r = 0;
+    * tau = (0 + 5e-324) * 1.25 = 6.2e-324 rounds to 5e-324, so tau/L_M - eps_K = 0 exactly.
+    The test's premise ||mu - mu*|| < tau/L_M - eps_K is therefore false (8.6e-324 < 0), and
+    tau_band's answer for these floats is exact (nothing to fix there). The defect was the test's
+    domain: it now draws eps_K = 0 or eps_K >= 1e-150 (:data:`EPS_K`)."""
+    eps, u = 5e-324, 0.25
+    c = mu = np.zeros(D)
+    direction = np.full(D, 1 / math.sqrt(D))
+    mu_star = c + eps * direction
+    np.testing.assert_array_equal(mu_star, np.full(D, 5e-324))
+    r_float = float(np.linalg.norm(mu - mu_star))
+    tau = 1.0 * (r_float + eps) * (1 + u)
+    assert r_float == 0.0 and tau == 5e-324
+    band = theory.tau_band(eps, tau, 1.0, 1.0)
+    # tau_band is exact on these floats: 5e-324 + 5e-324 and 5e-324 - 5e-324 have no rounding
+    assert band == theory.TauBand(1e-323, 0.0, True)
+    assert Fraction(band.include_within) == Fraction(tau) - Fraction(eps)
+    # ... and the issue's tau = 1e-323: (1.5e-323, 5e-324), again exact multiples of 2^-1074
+    assert theory.tau_band(eps, 1e-323, 1.0, 1.0) == theory.TauBand(1.5e-323, 5e-324, True)
+    # the premise is false in exact arithmetic: ||mu - mu*||^2 = 3 (2^-1074)^2 > 0 = radius^2
+    assert _exact_norm_squared(mu - mu_star) == 3 * Fraction(2) ** -2148
+    assert not _exact_norm_squared(mu - mu_star) < Fraction(band.include_within) ** 2
+    # the Corollary's conclusion still holds there (M(mu - c) = 0 < tau): only the premise broke
+    assert float(_core.gate(_core.distance(mu, c, "l2"), tau)) == 1.0
+    # the example is outside the new domain, and inside it the float premise is sound: the
+    # smallest nonzero eps_K drawn, 1e-150, keeps r's squares normal ((1e-150)^2 = 1e-300)
+    assert not (eps == 0.0 or 1e-150 <= eps <= 2.0)
+    small = 1e-150 * direction
+    assert math.isclose(float(np.linalg.norm(small)), 1e-150, rel_tol=1e-15)
 
 
 def test_corollary_b_boundary_is_not_accepted_by_strict_gate():
@@ -66,8 +127,9 @@ def test_corollary_b_boundary_is_not_accepted_by_strict_gate():
 
 
 # --------------------------------------------------------------------- matched-set properties
-SCALE = st.floats(0.1, 10.0)
-POINTS = hnp.arrays(np.float64, (12, D), elements=st.floats(-5, 5, allow_subnormal=False))
+SCALE = finite_floats(0.1, 10.0)
+TAU = finite_floats(0.01, 5.0)
+POINTS = hnp.arrays(np.float64, (12, D), elements=finite_floats(-5, 5))  # zero in, subnormals out
 
 
 def _matched(points, c, s, tau):
@@ -76,9 +138,10 @@ def _matched(points, c, s, tau):
 
 
 @FAST
-@given(POINTS, vec, SCALE, st.floats(0.01, 5.0), st.floats(0.0, 5.0))
+@given(POINTS, vec, SCALE, TAU, finite_floats(0.0, 5.0, subnormal=True))
 def test_matched_set_monotone_in_tau(points, c, s, tau1, extra):
-    """Property 1 (fixed centroid): S(tau1) is a subset of S(tau2) for tau1 < tau2."""
+    """Property 1 (fixed centroid): S(tau1) is a subset of S(tau2) for tau1 <= tau2. Domain: the
+    increment may be 0 or subnormal (then tau2 rounds to tau1 and S(tau2) = S(tau1))."""
     w1, w2 = _matched(points, c, s, tau1), _matched(points, c, s, tau1 + extra)
     assert np.all(w1 <= w2)
 
@@ -104,7 +167,7 @@ def _valid_and_paper_bounds(points, c, s, tau):
 
 
 @FAST
-@given(POINTS, st.integers(0, 11), vec, SCALE, st.floats(0.01, 5.0))
+@given(POINTS, st.integers(0, 11), vec, SCALE, TAU)
 def test_matched_set_norm_and_variance_with_valid_constant(points, i, shift, s, tau):
     """Properties 2 and 4 with the constant that follows from Assumption 1:
     m_M ||x - c|| <= M(x - c) < tau gives ||x - c|| < tau/m_M, so the norm gap < tau/m_M and the
@@ -119,7 +182,7 @@ def test_matched_set_norm_and_variance_with_valid_constant(points, i, shift, s, 
 
 
 @FAST
-@given(POINTS, st.integers(0, 11), vec, st.floats(1.0, 10.0), st.floats(0.01, 5.0))
+@given(POINTS, st.integers(0, 11), vec, finite_floats(1.0, 10.0), TAU)
 def test_paper_constant_holds_when_L_times_m_at_least_one(points, i, shift, s, tau):
     """The paper's L_M tau is >= the valid tau/m_M iff L_M m_M >= 1 (here s^2 >= 1)."""
     c = points[i] + shift / 5 * tau / s / np.sqrt(D)
@@ -150,7 +213,7 @@ def test_paper_constant_fails_for_half_l2(which):
 
 
 # --------------------------------------------------------------------- Thm 3 deterministic parts
-MEANS = hnp.arrays(np.float64, (7, D), elements=st.floats(-5, 5, allow_subnormal=False))
+MEANS = hnp.arrays(np.float64, (7, D), elements=finite_floats(-5, 5))
 
 
 @FAST
@@ -168,7 +231,7 @@ def test_thm3a_projection_inequality(means, mu_star):
 
 
 @FAST
-@given(st.data(), metric_cases(), st.integers(1, 50), st.floats(0.01, 3.0))
+@given(st.data(), metric_cases(), st.integers(1, 50), finite_floats(0.01, 3.0))
 def test_thm3c_running_mean_step(data, case, count, tau):
     """Proof of Thm 3(3): rejected -> centroid unchanged; accepted -> it moves by exactly
     ||mu - c||/(|S|+1) <= tau/(m_M (|S|+1))."""
@@ -210,7 +273,7 @@ def test_naive_pool_permutation_invariant(X, perm):
 
 
 @FAST
-@given(domain_collections(K, N, 2), permutations(K), st.floats(0.1, 20.0),
+@given(domain_collections(K, N, 2), permutations(K), finite_floats(0.1, 20.0),
        st.sampled_from(["domain", "sample"]))
 def test_match_permutation_invariant(X, perm, tau, level):
     """Cor. exchangeability (c): the matched centroid is unchanged and the inclusion pattern is

@@ -57,3 +57,59 @@ def test_geodesic_losses_by_hand():
     # L_inter = -d_G(c+, c-) = -pi/2 for orthogonal centroids; 0 until both exist
     assert math.isclose(float(L.geodesic_inter(c, torch.tensor([0.0, 2.0]), 1.0)), -math.pi / 2, rel_tol=1e-6)
     assert float(L.geodesic_inter(c, torch.zeros(2), 0.0)) == 0.0
+
+
+def test_dice_is_per_image_then_averaged():
+    # (B, H, W) = (2, 1, 4), so that a sum over the wrong axis cannot broadcast back by accident.
+    # image 1: p = [1, 0, 0, 0], y = [1, 0, 0, 0]: Dice = (2 + 1) / (1 + 1 + 1) = 1, loss 0
+    # image 2: p = [.5, .5, .5, .5], y = [0, 0, 0, 1]: sum p y = .5, Dice = (1 + 1) / (2 + 1 + 1)
+    #          = 1/2, loss 1/2. Mean over the two valid images: 1/4. (Pooling the pixels of both
+    #          images instead would give 1 - (2 * 1.5 + 1) / (3 + 2 + 1) = 1/3.)
+    p = torch.tensor([[[1.0, 0.0, 0.0, 0.0]], [[0.5, 0.5, 0.5, 0.5]]])
+    y = torch.tensor([[[1.0, 0.0, 0.0, 0.0]], [[0.0, 0.0, 0.0, 1.0]]])
+    assert math.isclose(float(L.dice_loss(p, y, torch.ones(2))), 0.25, rel_tol=1e-6)
+    # only image 2 valid: 1/2
+    assert math.isclose(float(L.dice_loss(p, y, torch.tensor([0.0, 1.0]))), 0.5, rel_tol=1e-6)
+
+
+def test_bce_accepts_integer_and_bool_labels():
+    # the labels are cast to the logits' dtype: int64 and bool labels give the float result
+    z = torch.tensor([0.0, math.log(3.0)])
+    expected = (math.log(2) - math.log(0.75)) / 2  # as in test_bce_on_logits_by_hand
+    for labels in (torch.tensor([0, 1]), torch.tensor([False, True])):
+        assert math.isclose(float(L.bce_loss(z, labels)), expected, rel_tol=1e-6)
+
+
+def test_focal_half_lesion_pixel_counts_as_anomalous():
+    # Decision (docstring of focal_loss): a soft target counts as anomalous iff >= 0.5 -- at least
+    # half lesion, the rule adsim.train uses for patch labels. z = ln 3, target 0.5: p_t = p = 3/4,
+    # loss = (1/4)^2 ln(4/3); as "normal" it would be (3/4)^2 ln 4.
+    z = torch.tensor([[[math.log(3.0)]]])
+    got = float(L.focal_loss(z, torch.tensor([[[0.5]]]), torch.ones(1)))
+    assert math.isclose(got, math.log(4 / 3) / 16, rel_tol=1e-6)
+    assert float(L.focal_loss(z, torch.tensor([[[0.49]]]), torch.ones(1))) > 0.5  # (3/4)^2 ln 4 = 0.78
+
+
+def test_geodesic_intra_batched_and_single_member():
+    # slot axis S = 2 as CentroidBank uses it: f (2, 3, 2), accepted (2, 3), c (2, 2)
+    c = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    f = torch.tensor([[[0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]],
+                      [[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]])
+    acc = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    out = L.geodesic_intra(f, acc, c)
+    # slot 0: (pi^2/4 + pi^2/16) / 2 as above; slot 1: one member at angle pi/2 -> (pi/2)^2 / 1
+    expected = [(math.pi ** 2 / 4 + math.pi ** 2 / 16) / 2, math.pi ** 2 / 4]
+    assert out.shape == (2,)
+    for g, e in zip(out.tolist(), expected):
+        assert math.isclose(g, e, rel_tol=1e-6)
+
+
+def test_focal_is_per_image_mean_then_masked():
+    # image 1: the two pixels of test_focal_by_hand, mean (ln 2 / 4 + 9 ln 4 / 16) / 2;
+    # image 2: one pixel z = 0, y = 0 repeated -> ln(2) / 4; only image 1 valid -> image 1's value
+    z = torch.tensor([[[0.0, math.log(3.0)]], [[0.0, 0.0]]])
+    y = torch.tensor([[[1.0, 0.0]], [[0.0, 0.0]]])
+    first = (math.log(2) / 4 + 9 * math.log(4) / 16) / 2
+    assert math.isclose(float(L.focal_loss(z, y, torch.tensor([1.0, 0.0]))), first, rel_tol=1e-6)
+    both = (first + math.log(2) / 4) / 2
+    assert math.isclose(float(L.focal_loss(z, y, torch.ones(2))), both, rel_tol=1e-6)

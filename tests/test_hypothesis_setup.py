@@ -1,0 +1,59 @@
+"""The hypothesis set-up of the suite (issue 15): the default profile is deterministic, the deep
+profile multiplies every example budget by 50, and the float strategies' domains are what their
+docstrings say (checked by searching for a counterexample, not by reading the code)."""
+import os
+import sys
+
+import pytest
+from hypothesis import find, settings
+from hypothesis.errors import NoSuchExample
+
+from poolsim.testing import examples, finite_floats
+
+TINY = sys.float_info.min  # 2.2250738585072014e-308, the smallest normal float64
+SEARCH = settings(database=None, derandomize=True, max_examples=2000)
+
+
+@pytest.mark.skipif(os.environ.get("HYPOTHESIS_PROFILE", "default") != "default",
+                    reason="checks the default profile; another one was chosen on purpose")
+def test_default_profile_is_deterministic():
+    active = settings()
+    assert settings.get_current_profile_name() == "default"
+    assert active.derandomize and active.database is None
+    assert examples(60) == 60 and examples(15) == 15
+
+
+def test_deep_profile_runs_fifty_times_the_examples():
+    deep = settings.get_profile("deep")
+    assert deep.max_examples == 50 * settings.get_profile("default").max_examples == 5000
+    assert not deep.derandomize  # fresh examples on every deep run
+    before = settings.get_current_profile_name()
+    settings.load_profile("deep")  # examples() reads the active profile
+    try:
+        assert examples(60) == 3000 and examples(15) == 750
+    finally:
+        settings.load_profile(before)
+
+
+@pytest.mark.parametrize("lo,hi", [(0.0, 2.0), (-5.0, 5.0)])
+def test_finite_floats_domain(lo, hi):
+    # default: zero is drawn, subnormals never
+    assert find(finite_floats(lo, hi), lambda x: x == 0.0, settings=SEARCH) == 0.0
+    with pytest.raises(NoSuchExample):
+        find(finite_floats(lo, hi), lambda x: 0 < abs(x) < TINY, settings=SEARCH)
+    # subnormal=True lets them in
+    sub = find(finite_floats(lo, hi, subnormal=True), lambda x: 0 < abs(x) < TINY, settings=SEARCH)
+    assert 0 < abs(sub) < TINY
+    # never outside the bounds, never NaN or inf
+    with pytest.raises(NoSuchExample):
+        find(finite_floats(lo, hi, subnormal=True), lambda x: not lo <= x <= hi, settings=SEARCH)
+
+
+def test_readme_says_how_to_run_the_deep_profile():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    testing = readme.split("## Testing", 1)[1].split("\n## ", 1)[0]
+    assert ("HYPOTHESIS_PROFILE=deep python -m pytest -q tests/test_theory_properties.py "
+            "tests/test_multimodal.py") in testing
+    assert "mutmut run --max-children 1" in testing
