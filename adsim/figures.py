@@ -23,6 +23,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from poolsim import _verdict  # noqa: E402  (the one verdict rule for every claim line)
+
 from . import reference as R  # noqa: E402
 from .data import DOMAINS  # noqa: E402
 from ._io import _atomic  # noqa: E402
@@ -178,23 +180,28 @@ def table_md(proto, da) -> str:
     if "match-geodesic-vaca" in by_m.groups:
         d = hard[hard["method"] == "match-geodesic-vaca"]["da"]
         frac = (d >= 4).mean()
+        v = _verdict.no_counterexample((d < 4).to_numpy())
         lines.append(f"- Paper: the proposed method (geodesic matching + VACA) has DA ≥ 4 on every data set and "
                      f"task (hardest order). This run: {frac:.0%} of (target, task, seed) cells reach DA ≥ 4 "
-                     f"(mean DA {d.mean():.2f}) -> **{'holds' if frac == 1 else 'does not hold'}**.")
+                     f"(mean DA {d.mean():.2f}) -> **{v.verdict}** ({_verdict.fmt(v)}: share of cells "
+                     "below 4).")
     if {"naive", "match-geodesic-vaca"} <= set(by_m.groups):
         keys = ["target", "task", "order", "mode", "seed"]
         pair = hard[hard["method"] == "match-geodesic-vaca"].merge(hard[hard["method"] == "naive"], on=keys)
-        diff = pair["da_x"] - pair["da_y"]
-        se = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
+        v = _verdict.decide(pair["da_x"].to_numpy(), pair["da_y"].to_numpy())
         lines.append(f"- Paper: matching + VACA has higher DA than naive pooling (MVFA: DA ≈ 2.0-2.2). This run: "
-                     f"paired DA difference (vaca - naive) {diff.mean():+.2f} ± {1.96 * se:.2f} (95% normal "
-                     f"interval, {len(diff)} pairs) -> **{'holds' if diff.mean() - 1.96 * se > 0 else 'does not hold'}**.")
+                     f"paired DA difference (vaca - naive) per (target, task, seed) -> **{v.verdict}** "
+                     f"({_verdict.fmt(v)}; 95% Student-t interval).")
     metr = [m for m in ("match-l2", "match-cosine", "match-geodesic") if m in set(last["method"])]
     if len(metr) > 1:
         a = last_all[last_all["method"].isin(metr)].pivot_table(index=["target", "task", "order", "seed"],
                                                          columns="method", values="auc")
         spread = float((a.max(axis=1) - a.min(axis=1)).max())
-        lines.append(f"- Paper: geodesic matching beats l2 and cosine matching. This run: the largest final-AUC "
+        geo = "match-geodesic" if "match-geodesic" in metr else metr[-1]
+        v, i = _verdict.all_of([_verdict.decide(a[geo].to_numpy(), a[m].to_numpy()) for m in metr if m != geo])
+        lines.append(f"- Paper: geodesic matching beats l2 and cosine matching -> **{v.verdict}** (paired final-AUC "
+                     f"difference {geo} - {[m for m in metr if m != geo][i]}: {_verdict.fmt(v)}). "
+                     f"This run: the largest final-AUC "
                      f"difference between {', '.join(metr)} in any cell is {spread:.3g} AUC points. On unit "
                      "features all three distances are increasing functions of <f, c>, so the gate "
                      "d+ < d- (tau = min(d+, d-)) takes the same decisions; only rounding can differ.")

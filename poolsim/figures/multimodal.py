@@ -213,6 +213,7 @@ def plot(df: pd.DataFrame):
         axes[M].bar(sub["mode"] + 1 + (i - 0.5) * width, sub.value, width,
                     yerr=[sub.value - sub.ci_low, sub.ci_high - sub.value], capsize=3, label=strat)
     axes[M].set_ylim(0, 1.05)
+    axes[M].legend(fontsize=8, loc="lower right")
     axes[M].set_xticks(range(1, M + 1))
     axes[M].set_xlabel("mode")
     axes[M].set_title(r"share of own-mode steps with $\epsilon_{K+1,m}\leq\epsilon_{K,m}$",
