@@ -317,3 +317,17 @@ def test_median_of_means_and_mcd_edges(rng):
     assert np.isnan(_baselines.mcd(x, seed=0)).all()  # K = 9 < 10 d = 20: not used
     y = rng.normal(size=(40, 2))
     assert np.all(np.isfinite(_baselines.mcd(y, seed=0)))
+
+
+def test_readme_numbers_come_from_the_committed_run():
+    # Every "m [lo, hi]" the README's figures and audit sections quote appears verbatim in the
+    # committed figures/summary.md or docs/claims.md, and every verdict word it quotes is one of
+    # the three outcomes.
+    root = pathlib.Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    part = readme.split("## Reproduced figures", 1)[1].split("\n## Monte-Carlo engine", 1)[0]
+    committed = (root / "figures" / "summary.md").read_text() + (root / "docs" / "claims.md").read_text()
+    quoted = re.findall(r"[-+]?\d+\.\d+ \[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]", part)
+    assert len(quoted) >= 5
+    missing = [q for q in quoted if q not in committed]
+    assert not missing, missing

@@ -94,9 +94,9 @@ def claims(e: np.ndarray, step: np.ndarray, arrival: np.ndarray, P: dict) -> lis
         _data.all_claim(NAME, "matching's per-step changes are often non-positive", {
             f"fraction of steps <= 0: matching - {L[s]}":
                 _verdict.decide(nonpos[:, j["match"]], nonpos[:, j[s]]) for s in others},
-            note=f"Compared with the baselines, not with a fixed 'often' level: pooling's own "
-                 f"fraction of non-positive steps is {_verdict.fmt(pool_nonpos)} against 1/2, so "
-                 f"a 1/2 threshold would be no evidence for matching."),
+            note=f"Compared with the baselines, not with a fixed 'often' level: for pooling itself "
+                 f"'fraction of steps <= 0 above 1/2' is {_verdict.fmt(pool_nonpos)}, so a 1/2 "
+                 f"threshold would be no evidence for matching."),
     ]
 
 

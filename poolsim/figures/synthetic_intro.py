@@ -5,7 +5,6 @@ Uses the asymptotic experiment's draws at K = 50 (shared with ``asymptotic`` and
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from .. import _verdict

@@ -1,4 +1,5 @@
 """Domain-addition protocol: CSVs, DA = Eq. 15, resume, orders, bad input, real-data path, figures, sweep."""
+import re
 import shutil
 
 import numpy as np
@@ -148,6 +149,12 @@ def test_figures_and_table(quick_run, tmp_path):
     md = (figs / "ad_table.md").read_text()
     assert "this run, simulated" in md and "paper, real BMAD" in md
     assert "| Brain | AS | match-geodesic-vaca |" in md and "| 90.29 | 4.048 |" in md  # Table 1 / caption
+    # every claim line's verdict comes from poolsim's one rule (three outcomes, n and interval shown)
+    claims = [ln for ln in md.splitlines() if ln.startswith("- Paper") and "**" in ln]
+    assert len(claims) >= 2
+    for ln in claims:
+        assert re.search(r"\*\*(holds|does not hold|inconclusive)\*\*", ln), ln
+        assert re.search(r"\d+ seeds|seed\(s\)", ln), ln
     assert main(["figures", "--from", str(tmp_path), "--out", str(figs)]) == 2
 
 
