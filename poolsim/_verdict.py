@@ -38,7 +38,7 @@ class Verdict(NamedTuple):
     ci_high: float
     n_seeds: int
     threshold: float
-    side: str
+    side: str  # "greater" / "less" than threshold; "zero": no counterexample (no_counterexample)
 
 
 def decide(a, b=None, *, threshold: float = 0.0, side: str = "greater",
@@ -93,6 +93,8 @@ def all_of(parts) -> tuple[Verdict, int]:
     def margin(v: Verdict) -> float:  # distance of the interval's near end past the threshold
         if math.isnan(v.ci_low):
             return -math.inf
+        if v.side == "zero":  # no_counterexample: how far the share's interval stays from 0
+            return -v.ci_high
         return v.ci_low - v.threshold if v.side == "greater" else v.threshold - v.ci_high
 
     for outcome in (DOES_NOT_HOLD, INCONCLUSIVE, HOLDS):
@@ -118,7 +120,8 @@ def no_counterexample(violations, *, min_seeds: int = MIN_SEEDS) -> Verdict:
     cases that break it per seed. Any violation: ``does not hold``; none in at least ``min_seeds``
     seeds: ``holds`` (no counterexample found). The estimate is the share of seeds with a
     violation and the interval its 95% Clopper-Pearson interval (``scipy.stats.binomtest``), so an
-    all-clear run still reports how rare a failure could be (about 3/S), not a zero width."""
+    all-clear run still reports how rare a failure could be (about 3/S), not a zero width.
+    ``side`` is "zero" (the claim: no seed violates it)."""
     from scipy import stats
 
     v = np.asarray(violations, dtype=float).ravel()
@@ -126,11 +129,11 @@ def no_counterexample(violations, *, min_seeds: int = MIN_SEEDS) -> Verdict:
     n = int(v.size)
     if n < min_seeds:
         k = int(np.sum(v > 0))
-        return Verdict(INCONCLUSIVE, k / n if n else math.nan, math.nan, math.nan, n, 0.0, "less")
+        return Verdict(INCONCLUSIVE, k / n if n else math.nan, math.nan, math.nan, n, 0.0, "zero")
     k = int(np.sum(v > 0))
     ci = stats.binomtest(k, n).proportion_ci(confidence_level=LEVEL, method="exact")
     return Verdict(DOES_NOT_HOLD if k else HOLDS, k / n, float(ci.low), float(ci.high), n, 0.0,
-                   "less")
+                   "zero")
 
 
 def fmt(v: Verdict, digits: int = 3) -> str:

@@ -321,8 +321,7 @@ def test_median_of_means_and_mcd_edges(rng):
 
 def test_readme_numbers_come_from_the_committed_run():
     # Every "m [lo, hi]" the README's figures and audit sections quote appears verbatim in the
-    # committed figures/summary.md or docs/claims.md, and every verdict word it quotes is one of
-    # the three outcomes.
+    # committed figures/summary.md or docs/claims.md (numbers come from the committed run).
     root = pathlib.Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text()
     part = readme.split("## Reproduced figures", 1)[1].split("\n## Monte-Carlo engine", 1)[0]

@@ -94,3 +94,32 @@ def test_bad_arguments_raise_naming_them():
 def test_fmt_shows_interval_and_seeds():
     v = decide_claim(_shifted_noise(100, 0.5))
     assert V.fmt(v).startswith("holds: +0.5 [+0.302, +0.698], 100 seeds")
+
+
+def test_no_counterexample_uses_clopper_pearson_and_any_violation_decides():
+    v = V.no_counterexample(np.zeros(100))
+    # Clopper-Pearson upper bound for 0 of 100: 1 - 0.025^(1/100) = 0.0362 (closed form)
+    assert v.verdict == V.HOLDS and v.ci_low == 0.0
+    assert v.ci_high == pytest.approx(1 - 0.025 ** (1 / 100), rel=1e-9)
+    w = np.zeros(100)
+    w[7] = 2
+    assert V.no_counterexample(w).verdict == V.DOES_NOT_HOLD
+    assert V.no_counterexample(np.zeros(29)).verdict == V.INCONCLUSIVE
+
+
+def test_all_of_reports_the_deciding_part():
+    good = decide_claim(_shifted_noise(100, 0.5))
+    weak = decide_claim(_shifted_noise(100, 0.3))
+    bad = decide_claim(_shifted_noise(100, -0.5))
+    undecided = decide_claim(_shifted_noise(100, 0.05))
+    assert V.all_of([good, weak]) == (weak, 1)  # both hold: the weaker one is reported
+    assert V.all_of([good, undecided, weak])[0].verdict == V.INCONCLUSIVE
+    assert V.all_of([good, undecided, bad]) == (bad, 2)
+
+
+def test_within_is_two_one_sided_decisions():
+    assert V.within(_shifted_noise(100, 0.0, sd=0.1), margin=0.1).verdict == V.HOLDS
+    assert V.within(_shifted_noise(100, 0.5, sd=0.1), margin=0.1).verdict == V.DOES_NOT_HOLD
+    assert V.within(_shifted_noise(100, 0.1, sd=1.0), margin=0.1).verdict == V.INCONCLUSIVE
+    with pytest.raises(ValueError, match="margin"):
+        V.within(np.zeros(40), margin=0)

@@ -265,7 +265,7 @@ def claim_lines(verdicts: pd.DataFrame) -> list[str]:
         src = "Paper" if r.source == "paper" else "Ours (not a claim of the paper)"
         v = _verdict.Verdict(r.verdict, float(r.estimate), float(r.ci_low), float(r.ci_high),
                              int(r.n_seeds), float(r.threshold), r.side)
-        rel = ">" if r.side == "greater" else "<"
+        rel = {"greater": ">", "less": "<", "zero": "="}[r.side]
         lines.append(f"- {src}: {r.claim} -- **{r.verdict}**. Decided on {r.compared} "
                      f"{rel} {r.threshold:g}, per seed: {_verdict.fmt(v)[len(r.verdict) + 2:]}."
                      + (f" {r.note}" if isinstance(r.note, str) and r.note else ""))

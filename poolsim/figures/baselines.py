@@ -54,8 +54,8 @@ def compute(*, seeds: int, quick: bool, progress=None) -> pd.DataFrame:
                   f"K={P['Ks'][-1]})", {
                 f"eps({LABELS[b]}) - eps(matching)": _verdict.decide(fin[b], fin["match"])
                 for b in _baselines.LABELS if b != "oracle"},
-            source="ours", note="The paper compares against no robust estimator. "
-                                f"MCD on the first {min(Sb, MCD_SEEDS)} seeds only (cost)."))
+            source="ours", note="The paper compares against no robust estimator."
+            + (f" MCD on the first {MCD_SEEDS} seeds only (cost)." if MCD_SEEDS < Sb else "")))
     out = _data.tidy(pd.concat(parts, ignore_index=True),
                      {name: _data.simulation(name, seeds=S)[1] for name in EXPERIMENTS})
     return _data.set_verdicts(out, verdicts)
