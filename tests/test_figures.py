@@ -276,6 +276,8 @@ def test_paper_seeds_flag_runs_ten_seeds_labelled(tmp_path, monkeypatch):
     assert "the paper's 10-seed picture" in (out / "summary.md").read_text()
     v = pd.read_csv(out / "verdicts.csv")
     assert v.n_seeds.tolist() == [10] and v.verdict.tolist() == ["inconclusive"]
+    assert cli.main(["--out", str(out), "--format", "png", "--seeds", "10"]) == 0  # the same run
+    assert "the paper's 10-seed picture" in (out / "summary.md").read_text()
 
 
 def test_temp_folder_of_a_killed_run_is_git_ignored():
