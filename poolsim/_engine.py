@@ -280,27 +280,61 @@ def _compiled(spec: Spec, dtype_name: str):
 
 
 def _shard(keys):
-    """Place the seed axis across all local devices (no-op on one device)."""
-    devices = jax.devices()
+    """Place the seed axis across this process's devices (no-op on one device)."""
+    devices = jax.local_devices()
     if len(devices) == 1:
         return keys
     mesh = jax.sharding.Mesh(np.array(devices), ("seeds",))
     return jax.device_put(keys, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("seeds")))
 
 
+DISTRIBUTED_HELP = (
+    "call jax.distributed.initialize(coordinator_address='HOST:PORT', num_processes=N, "
+    "process_id=I) in every process before any other JAX call (HOST:PORT may instead come from "
+    "the environment variable JAX_COORDINATOR_ADDRESS; on Slurm, Open MPI and TPU pods "
+    "jax.distributed.initialize() detects all three); or use poolsim.experiments.init_distributed(), "
+    "which checks them first")
+
+
+def process_block(S: int) -> tuple[int, int]:
+    """``(start, length)`` of this process's equal block of ``S`` seeds (the seed list padded to a
+    multiple of ``jax.process_count()``), for :func:`simulate` with ``distributed=True``."""
+    per = -(-S // jax.process_count())
+    return jax.process_index() * per, per
+
+
 def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: int = 2048,
-             shard: bool = True, progress: Callable[[int], None] | None = None) -> SeedResult:
+             shard: bool = True, progress: Callable[[int], None] | None = None,
+             distributed: bool = False) -> SeedResult:
     """Run ``spec`` for every seed in ``seeds`` (int array). Seed s uses ``jax.random.key(s)``, so a
-    seed's result does not depend on the other seeds, the chunking or the sharding.
+    seed's result does not depend on the other seeds, the chunking, the sharding or the process.
 
     Seeds are processed in chunks of ``chunk`` (the last one padded, so one trace serves all;
     ~2k seeds per chunk was fastest on a 2-core CPU, larger ones fall out of cache);
-    with several devices each chunk is sharded over them (chunk rounded up to a multiple of the
-    device count). Returns a :class:`SeedResult` of NumPy arrays with leading axis ``len(seeds)``.
+    with several local devices each chunk is sharded over them (chunk rounded up to a multiple of
+    the device count). ``distributed=True`` (every process of a ``jax.distributed`` job calls
+    this with the same arguments): each process runs its own block of seeds
+    (:func:`process_block`) and ``multihost_utils.process_allgather`` gathers the blocks, so
+    every process, process 0 included, returns all seeds in order. Returns a
+    :class:`SeedResult` of NumPy arrays with leading axis ``len(seeds)``.
     """
     seeds = np.asarray(seeds, dtype=np.int64)
     S = len(seeds)
-    ndev = len(jax.devices()) if shard else 1
+    if distributed:
+        if not jax.distributed.is_initialized():
+            raise RuntimeError(f"distributed=True but jax.distributed is not initialised: "
+                               f"{DISTRIBUTED_HELP}")
+        start, per = process_block(S)
+        padded = np.concatenate([seeds, np.full(per * jax.process_count() - S, seeds[-1])])
+        local = simulate(spec, padded[start:start + per], dtype=dtype, chunk=chunk, shard=shard,
+                         progress=progress)
+        from jax.experimental import multihost_utils
+
+        ctx = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
+        with ctx:
+            full = multihost_utils.process_allgather(local, tiled=True)
+        return SeedResult(*(np.asarray(a)[:S] for a in full))
+    ndev = len(jax.local_devices()) if shard else 1
     # Fewer seeds than `chunk`: round up to a power of two, so runs of similar size share one
     # compiled shape; the last chunk is padded.
     chunk = min(chunk, 1 << (S - 1).bit_length())
