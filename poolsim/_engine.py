@@ -171,8 +171,8 @@ def prefix_medians(x, group, Ks):
 
     Same result as ``_core.weighted_median(x, group < K)`` for every K, but one sort serves all
     prefixes: after sorting a column, the j-th smallest valid row is where the running count of
-    valid rows first exceeds j. O(R log R + nK R) instead of O(nK R log R) -- this is what keeps
-    the paper's sample-median init affordable inside the vmapped engine.
+    valid rows first exceeds j. O(R log R + nK R) instead of O(nK R log R). Pure XLA: used on
+    accelerators (fast sort) and for small R; the CPU engine uses :func:`host_prefix_medians`.
     """
     order = jnp.argsort(x, axis=0)  # (R, d)
     srt = jnp.take_along_axis(x, order, axis=0)
@@ -186,37 +186,89 @@ def prefix_medians(x, group, Ks):
     return 0.5 * (pick(lo) + pick(hi))
 
 
+def host_prefix_medians(x: np.ndarray, n: int, Ks, block: int = 64) -> np.ndarray:
+    """NumPy twin of :func:`prefix_medians` for rows grouped in consecutive runs of ``n``
+    (row r belongs to group ``r // n``, so ``group < K`` is the first ``K n`` rows).
+
+    ``x: (..., R, d)`` -> ``(..., nK, d)``, exactly the order statistics :func:`prefix_medians`
+    picks. Why hand-written and on the host: XLA's CPU sort calls a generated comparator per
+    comparison and was ~10x slower than NumPy's SIMD sort here, and the ``(nK, R)`` running
+    count (a log-depth scan in XLA) cost more than the sort. Instead: one NumPy sort per column,
+    then block counts -- ``np.bincount`` of (block, group) gives how many rows of each group lie
+    in each block of ``block`` sorted positions, so the block holding the j-th valid row is found
+    from ``R / block`` partial sums and only that block is scanned. O(R log R) for the sort plus
+    O(R + nK (R / block + block)) per column, instead of O(nK R).
+    """
+    x = np.asarray(x)
+    Ks = np.asarray(Ks, dtype=np.int64)
+    *lead, R, d = x.shape
+    G = -(-R // n)  # groups; G itself marks padding, which no prefix contains
+    cols = np.moveaxis(x, -1, -2).reshape(-1, R)  # (M, R)
+    M = cols.shape[0]
+    order = np.argsort(cols, axis=-1)
+    srt = np.take_along_axis(cols, order, axis=-1)
+    nb = -(-R // block)
+    g = np.full((M, nb * block), G, dtype=np.int32)
+    np.floor_divide(order, n, out=g[:, :R])
+    gb = g.reshape(M, nb, block)
+    offset = (np.arange(M * nb, dtype=np.int64) * (G + 1)).reshape(M, nb, 1)
+    hist = np.bincount((gb + offset).ravel(), minlength=M * nb * (G + 1)).reshape(M, nb, G + 1)
+    below = np.cumsum(hist, axis=2, dtype=np.int32)[:, :, Ks - 1]  # (M, nb, nK) rows of group < K
+    upto = np.cumsum(below, axis=1, dtype=np.int32)  # valid rows in blocks 0..b
+    count = np.minimum(Ks * n, R)  # valid rows per prefix
+
+    def pick(j):  # j: (nK,) 0-based rank among the valid rows -> (M, nK) values
+        b = np.sum(upto <= j, axis=1)  # (M, nK) block holding rank j
+        before = np.where(b > 0, np.take_along_axis(upto, np.maximum(b - 1, 0)[:, None, :],
+                                                    axis=1)[:, 0, :], 0)
+        inside = np.take_along_axis(gb, b[:, :, None], axis=1) < Ks[:, None]  # (M, nK, block)
+        rank = np.cumsum(inside, axis=2, dtype=np.int32)
+        pos = b * block + np.sum(rank <= (j - before)[:, :, None], axis=2)
+        return np.take_along_axis(srt, pos, axis=1)
+
+    med = 0.5 * (pick((count - 1) // 2) + pick(count // 2))  # (M, nK)
+    return np.moveaxis(med.reshape(*lead, d, len(Ks)), -1, -2).astype(x.dtype)
+
+
+def _sample_medians(spec: Spec, samples, Ks):
+    """Prefix sample medians ``(nK, d)`` of one seed's ``samples: (K_max, n, d)``: on a CPU
+    backend through :func:`host_prefix_medians` (a ``pure_callback``, batched over the seeds by
+    ``vmap``), elsewhere with the pure-XLA :func:`prefix_medians`. Both pick the same order
+    statistics."""
+    pts = samples.reshape(-1, spec.d)
+    if jax.default_backend() != "cpu":
+        return prefix_medians(pts, jnp.repeat(jnp.arange(spec.K_max), spec.n), Ks)
+    out = jax.ShapeDtypeStruct((len(spec.Ks), spec.d), samples.dtype)
+    return jax.pure_callback(functools.partial(host_prefix_medians, n=spec.n, Ks=spec.Ks),
+                             out, pts, vmap_method="expand_dims")
+
+
 def _one_seed(spec: Spec, dtype, key) -> SeedResult:
+    """One seed, every K at once: the K values are a leading ``(nK,)`` axis of 0/1 domain masks
+    (no scan), and matching runs one ``while_loop`` for all K (vmapped ``iterate_match``), so a
+    chunk of seeds iterates max(n_iter) times in total instead of sum over K of max(n_iter)."""
     means, samples, xbar, k_sub = draw(spec, dtype, key)
     mu_star = jnp.asarray(spec.mu_star, dtype)
     Ks = jnp.asarray(spec.Ks, jnp.int32)
-    if spec.init == "median":
-        pts, group = (samples.reshape(-1, spec.d), jnp.repeat(jnp.arange(spec.K_max), spec.n)) \
-            if samples is not None else (xbar, jnp.arange(spec.K_max))
-        medians = prefix_medians(pts, group, Ks)
-    else:
-        medians = jnp.zeros((len(spec.Ks), spec.d), dtype)
-    n = jnp.asarray(spec.n, dtype)
+    nK = len(spec.Ks)
+    masks = (jnp.arange(spec.K_max)[None, :] < Ks[:, None]).astype(dtype)  # (nK, K_max)
+    pool = jnp.sum(masks[:, :, None] * xbar[None], axis=1) / jnp.sum(masks, axis=1)[:, None]
     sub = _sub_draws(k_sub, spec, dtype)
-
-    def step(_, inp):
-        K, r, median = inp
-        mask = (jnp.arange(spec.K_max) < K).astype(dtype)
-        pool = jnp.sum(mask[:, None] * xbar, axis=0) / jnp.sum(mask)
-        sub_est, m = _subsample_mean(r, xbar, samples, mask, K, spec, dtype)
-        if spec.init == "median":
-            c0 = median
-        elif spec.init == "mean":
-            c0 = pool
-        else:
-            c0 = mu_star
-        c, inc, it, conv, _ = _core.iterate_match(xbar, mask * n, c0, spec.tau, spec.metric,
-                                                  tol=spec.tol, max_iter=spec.max_iter)
-        est = jnp.stack([pool, sub_est, c])
-        used = jnp.stack([K, m, jnp.sum(inc).astype(jnp.int32)])
-        return None, (est, used, conv, it, inc)
-
-    _, (est, used, conv, it, inc) = jax.lax.scan(step, None, (Ks, sub, medians))
+    sub_est, m = jax.vmap(lambda r, mask, K: _subsample_mean(r, xbar, samples, mask, K, spec, dtype))(
+        sub, masks, Ks)
+    if spec.init == "median":
+        c0 = _sample_medians(spec, samples, Ks) if samples is not None else \
+            prefix_medians(xbar, jnp.arange(spec.K_max), Ks)
+    elif spec.init == "mean":
+        c0 = pool
+    else:
+        c0 = jnp.broadcast_to(mu_star, (nK, spec.d))
+    n = jnp.asarray(spec.n, dtype)
+    c, inc, it, conv, _ = jax.vmap(
+        lambda mask, c_start: _core.iterate_match(xbar, mask * n, c_start, spec.tau, spec.metric,
+                                                  tol=spec.tol, max_iter=spec.max_iter))(masks, c0)
+    est = jnp.stack([pool, sub_est, c], axis=1)  # (nK, 3, d)
+    used = jnp.stack([Ks, m, jnp.sum(inc, axis=1).astype(jnp.int32)], axis=1)
     return SeedResult(est, used, conv, it, inc, means, xbar)
 
 
@@ -228,27 +280,61 @@ def _compiled(spec: Spec, dtype_name: str):
 
 
 def _shard(keys):
-    """Place the seed axis across all local devices (no-op on one device)."""
-    devices = jax.devices()
+    """Place the seed axis across this process's devices (no-op on one device)."""
+    devices = jax.local_devices()
     if len(devices) == 1:
         return keys
     mesh = jax.sharding.Mesh(np.array(devices), ("seeds",))
     return jax.device_put(keys, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("seeds")))
 
 
+DISTRIBUTED_HELP = (
+    "call jax.distributed.initialize(coordinator_address='HOST:PORT', num_processes=N, "
+    "process_id=I) in every process before any other JAX call (HOST:PORT may instead come from "
+    "the environment variable JAX_COORDINATOR_ADDRESS; on Slurm, Open MPI and TPU pods "
+    "jax.distributed.initialize() detects all three); or use poolsim.experiments.init_distributed(), "
+    "which checks them first")
+
+
+def process_block(S: int) -> tuple[int, int]:
+    """``(start, length)`` of this process's equal block of ``S`` seeds (the seed list padded to a
+    multiple of ``jax.process_count()``), for :func:`simulate` with ``distributed=True``."""
+    per = -(-S // jax.process_count())
+    return jax.process_index() * per, per
+
+
 def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: int = 2048,
-             shard: bool = True, progress: Callable[[int], None] | None = None) -> SeedResult:
+             shard: bool = True, progress: Callable[[int], None] | None = None,
+             distributed: bool = False) -> SeedResult:
     """Run ``spec`` for every seed in ``seeds`` (int array). Seed s uses ``jax.random.key(s)``, so a
-    seed's result does not depend on the other seeds, the chunking or the sharding.
+    seed's result does not depend on the other seeds, the chunking, the sharding or the process.
 
     Seeds are processed in chunks of ``chunk`` (the last one padded, so one trace serves all;
     ~2k seeds per chunk was fastest on a 2-core CPU, larger ones fall out of cache);
-    with several devices each chunk is sharded over them (chunk rounded up to a multiple of the
-    device count). Returns a :class:`SeedResult` of NumPy arrays with leading axis ``len(seeds)``.
+    with several local devices each chunk is sharded over them (chunk rounded up to a multiple of
+    the device count). ``distributed=True`` (every process of a ``jax.distributed`` job calls
+    this with the same arguments): each process runs its own block of seeds
+    (:func:`process_block`) and ``multihost_utils.process_allgather`` gathers the blocks, so
+    every process, process 0 included, returns all seeds in order. Returns a
+    :class:`SeedResult` of NumPy arrays with leading axis ``len(seeds)``.
     """
     seeds = np.asarray(seeds, dtype=np.int64)
     S = len(seeds)
-    ndev = len(jax.devices()) if shard else 1
+    if distributed:
+        if not jax.distributed.is_initialized():
+            raise RuntimeError(f"distributed=True but jax.distributed is not initialised: "
+                               f"{DISTRIBUTED_HELP}")
+        start, per = process_block(S)
+        padded = np.concatenate([seeds, np.full(per * jax.process_count() - S, seeds[-1])])
+        local = simulate(spec, padded[start:start + per], dtype=dtype, chunk=chunk, shard=shard,
+                         progress=progress)
+        from jax.experimental import multihost_utils
+
+        ctx = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
+        with ctx:
+            full = multihost_utils.process_allgather(local, tiled=True)
+        return SeedResult(*(np.asarray(a)[:S] for a in full))
+    ndev = len(jax.local_devices()) if shard else 1
     # Fewer seeds than `chunk`: round up to a power of two, so runs of similar size share one
     # compiled shape; the last chunk is padded.
     chunk = min(chunk, 1 << (S - 1).bit_length())
