@@ -46,7 +46,8 @@ def _fail(message: str, code: int = 1) -> int:
 def _parser(names) -> argparse.ArgumentParser:
     p = _Parser(prog="python -m poolsim.figures",
                 description="Reproduce the paper's synthetic figures (simulated data) as PNG/PDF "
-                            "plus a tidy CSV per figure and summary.md.")
+                            "plus a tidy CSV per figure, verdicts.csv (every claim decided on "
+                            "paired per-seed differences) and summary.md.")
     p.add_argument("--out", default="figures", type=Path,
                    help="output folder (created if absent; default: figures/)")
     seeds = p.add_mutually_exclusive_group()
