@@ -3,7 +3,8 @@
 For each seed: draw ``K_max`` domain means from the meta-distribution, then the per-domain data
 (either materialised samples ``(K_max, n, d)`` or their sufficient statistics), then scan over the
 requested K values -- every K is the prefix ``1..K`` of the same domains, handled with 0/1 masks so
-shapes never change and the whole experiment is traced once.
+shapes never change and the whole experiment is traced once. ``simulate(...,
+distributed=True)`` splits the seeds over the processes of a ``jax.distributed`` job.
 
 Sufficient-statistics path (``materialize=False``): with ``x_{k,i} ~ N(mu_k, s^2 I)``,
 
@@ -230,45 +231,53 @@ def host_prefix_medians(x: np.ndarray, n: int, Ks, block: int = 64) -> np.ndarra
     return np.moveaxis(med.reshape(*lead, d, len(Ks)), -1, -2).astype(x.dtype)
 
 
-def _sample_medians(spec: Spec, samples, Ks):
-    """Prefix sample medians ``(nK, d)`` of one seed's ``samples: (K_max, n, d)``: on a CPU
-    backend through :func:`host_prefix_medians` (a ``pure_callback``, batched over the seeds by
-    ``vmap``), elsewhere with the pure-XLA :func:`prefix_medians`. Both pick the same order
-    statistics."""
-    pts = samples.reshape(-1, spec.d)
+def _grouped_medians(pts, n: int, Ks: tuple):
+    """Prefix medians ``(nK, d)`` of one seed's ``pts: (G n, d)`` in groups of ``n`` consecutive
+    rows (the samples of a domain): on a CPU backend through
+    :func:`host_prefix_medians` (a ``pure_callback``, batched over the seeds by ``vmap``),
+    elsewhere with the pure-XLA :func:`prefix_medians`. Both pick the same order statistics."""
     if jax.default_backend() != "cpu":
-        return prefix_medians(pts, jnp.repeat(jnp.arange(spec.K_max), spec.n), Ks)
-    out = jax.ShapeDtypeStruct((len(spec.Ks), spec.d), samples.dtype)
-    return jax.pure_callback(functools.partial(host_prefix_medians, n=spec.n, Ks=spec.Ks),
+        return prefix_medians(pts, jnp.arange(pts.shape[0]) // n, jnp.asarray(Ks, jnp.int32))
+    out = jax.ShapeDtypeStruct((len(Ks), pts.shape[1]), pts.dtype)
+    return jax.pure_callback(functools.partial(host_prefix_medians, n=n, Ks=Ks),
                              out, pts, vmap_method="expand_dims")
 
 
 def _one_seed(spec: Spec, dtype, key) -> SeedResult:
-    """One seed, every K at once: the K values are a leading ``(nK,)`` axis of 0/1 domain masks
-    (no scan), and matching runs one ``while_loop`` for all K (vmapped ``iterate_match``), so a
-    chunk of seeds iterates max(n_iter) times in total instead of sum over K of max(n_iter)."""
+    """One seed: draws, the matching starts for every K, then a ``lax.scan`` over the K values
+    (pooling, subsampling and matching on the first K domains). Vectorising the K axis instead
+    (one vmapped ``while_loop`` for all K) was measured slower on CPU: the loop then runs over
+    26x bigger arrays, max(n_iter) times, and XLA's code for them vectorised worse."""
     means, samples, xbar, k_sub = draw(spec, dtype, key)
     mu_star = jnp.asarray(spec.mu_star, dtype)
     Ks = jnp.asarray(spec.Ks, jnp.int32)
-    nK = len(spec.Ks)
-    masks = (jnp.arange(spec.K_max)[None, :] < Ks[:, None]).astype(dtype)  # (nK, K_max)
-    pool = jnp.sum(masks[:, :, None] * xbar[None], axis=1) / jnp.sum(masks, axis=1)[:, None]
-    sub = _sub_draws(k_sub, spec, dtype)
-    sub_est, m = jax.vmap(lambda r, mask, K: _subsample_mean(r, xbar, samples, mask, K, spec, dtype))(
-        sub, masks, Ks)
     if spec.init == "median":
-        c0 = _sample_medians(spec, samples, Ks) if samples is not None else \
-            prefix_medians(xbar, jnp.arange(spec.K_max), Ks)
-    elif spec.init == "mean":
-        c0 = pool
+        medians = _grouped_medians(samples.reshape(-1, spec.d), spec.n, spec.Ks) \
+            if samples is not None else prefix_medians(xbar, jnp.arange(spec.K_max), Ks)
+        # (K_max domain means: XLA's sort of ~30 rows beats a host round trip -- measured)
     else:
-        c0 = jnp.broadcast_to(mu_star, (nK, spec.d))
+        medians = jnp.zeros((len(spec.Ks), spec.d), dtype)
     n = jnp.asarray(spec.n, dtype)
-    c, inc, it, conv, _ = jax.vmap(
-        lambda mask, c_start: _core.iterate_match(xbar, mask * n, c_start, spec.tau, spec.metric,
-                                                  tol=spec.tol, max_iter=spec.max_iter))(masks, c0)
-    est = jnp.stack([pool, sub_est, c], axis=1)  # (nK, 3, d)
-    used = jnp.stack([Ks, m, jnp.sum(inc, axis=1).astype(jnp.int32)], axis=1)
+    sub = _sub_draws(k_sub, spec, dtype)
+
+    def step(_, inp):
+        K, r, median = inp
+        mask = (jnp.arange(spec.K_max) < K).astype(dtype)
+        pool = jnp.sum(mask[:, None] * xbar, axis=0) / jnp.sum(mask)
+        sub_est, m = _subsample_mean(r, xbar, samples, mask, K, spec, dtype)
+        if spec.init == "median":
+            c0 = median
+        elif spec.init == "mean":
+            c0 = pool
+        else:
+            c0 = mu_star
+        c, inc, it, conv, _ = _core.iterate_match(xbar, mask * n, c0, spec.tau, spec.metric,
+                                                  tol=spec.tol, max_iter=spec.max_iter)
+        est = jnp.stack([pool, sub_est, c])
+        used = jnp.stack([K, m, jnp.sum(inc).astype(jnp.int32)])
+        return None, (est, used, conv, it, inc)
+
+    _, (est, used, conv, it, inc) = jax.lax.scan(step, None, (Ks, sub, medians))
     return SeedResult(est, used, conv, it, inc, means, xbar)
 
 
