@@ -20,6 +20,9 @@ def _atomic(path, write) -> Path:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        mask = os.umask(0o022)  # mkstemp creates 0600; outputs get the usual 0666 & ~umask
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -23,9 +23,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from poolsim import _verdict as V  # noqa: E402  (the one verdict rule for every claim line)
+
 from . import reference as R  # noqa: E402
 from .data import DOMAINS  # noqa: E402
-from . import _verdict as V  # noqa: E402
 from ._io import _atomic, read_json  # noqa: E402
 from .protocol import METHODS  # noqa: E402
 
@@ -167,7 +168,7 @@ def claims(proto, da, shared=None) -> list:
 
     def add(claim, v, extra=""):
         out.append({"claim": claim, "verdict": v.verdict, "estimate": v.estimate, "ci_low": v.ci_low,
-                    "ci_high": v.ci_high, "n": v.n, "text": V.describe(v) + extra})
+                    "ci_high": v.ci_high, "n": v.n_seeds, "text": V.describe(v) + extra})
 
     if "match-geodesic-vaca" in methods:
         d = da[da["method"] == "match-geodesic-vaca"]["da"]
@@ -244,7 +245,7 @@ def table_md(proto, da, shared=None, gains=None, var=None, recipe: dict | None =
                          f"{'-' if pa is None else f'{pa:.2f}'} | {'-' if pd_ is None else f'{pd_:.4g}'} |")
     lines += ["", "## Paper claims next to this run", "",
               "Decided on paired differences (same target, task, order, mode, seed) with a 95% Student-t "
-              f"interval (adsim._verdict; fewer than {V.MIN_PAIRS} pairs or an interval containing the "
+              f"interval (poolsim._verdict; fewer than {V.MIN_SEEDS} pairs or an interval containing the "
               "threshold -> inconclusive).", ""]
     lines += [f"- {c['claim']} This run: {c['text']}" for c in claims(proto, hard, shared)]
     if da["order"].nunique() > 1:
@@ -279,7 +280,7 @@ def _extras(src: Path) -> tuple:
 def recipes_summary(runs: dict) -> str:
     """One markdown table of every claim under every recipe: ``runs = {recipe name: protocol folder}``."""
     lines = ["# The paper's claims under each recipe (this run, simulated)", "",
-             "Each row: mean paired difference, 95% Student-t interval, pairs, verdict (adsim._verdict). "
+             "Each row: mean paired difference, 95% Student-t interval, pairs, verdict (poolsim._verdict). "
              "Recipes: docs/recipes.md.", "", "| claim | " + " | ".join(runs) + " |",
              "|---|" + "---|" * len(runs)]
     table = {}

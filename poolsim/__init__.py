@@ -15,5 +15,7 @@ from ._strategies import Subsampled as Subsampled
 from ._strategies import match as match
 from ._strategies import naive_pool as naive_pool
 from ._strategies import subsample as subsample
+from ._verdict import Verdict as Verdict
+from ._verdict import decide as decide_claim
 
 __version__ = "0.1.0"

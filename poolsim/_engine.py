@@ -3,7 +3,8 @@
 For each seed: draw ``K_max`` domain means from the meta-distribution, then the per-domain data
 (either materialised samples ``(K_max, n, d)`` or their sufficient statistics), then scan over the
 requested K values -- every K is the prefix ``1..K`` of the same domains, handled with 0/1 masks so
-shapes never change and the whole experiment is traced once.
+shapes never change and the whole experiment is traced once. ``simulate(...,
+distributed=True)`` splits the seeds over the processes of a ``jax.distributed`` job.
 
 Sufficient-statistics path (``materialize=False``): with ``x_{k,i} ~ N(mu_k, s^2 I)``,
 
@@ -171,8 +172,8 @@ def prefix_medians(x, group, Ks):
 
     Same result as ``_core.weighted_median(x, group < K)`` for every K, but one sort serves all
     prefixes: after sorting a column, the j-th smallest valid row is where the running count of
-    valid rows first exceeds j. O(R log R + nK R) instead of O(nK R log R) -- this is what keeps
-    the paper's sample-median init affordable inside the vmapped engine.
+    valid rows first exceeds j. O(R log R + nK R) instead of O(nK R log R). Pure XLA: used on
+    accelerators (fast sort) and for small R; the CPU engine uses :func:`host_prefix_medians`.
     """
     order = jnp.argsort(x, axis=0)  # (R, d)
     srt = jnp.take_along_axis(x, order, axis=0)
@@ -186,14 +187,74 @@ def prefix_medians(x, group, Ks):
     return 0.5 * (pick(lo) + pick(hi))
 
 
+def host_prefix_medians(x: np.ndarray, n: int, Ks, block: int = 64) -> np.ndarray:
+    """NumPy twin of :func:`prefix_medians` for rows grouped in consecutive runs of ``n``
+    (row r belongs to group ``r // n``, so ``group < K`` is the first ``K n`` rows).
+
+    ``x: (..., R, d)`` -> ``(..., nK, d)``, exactly the order statistics :func:`prefix_medians`
+    picks. Why hand-written and on the host: XLA's CPU sort calls a generated comparator per
+    comparison and was ~10x slower than NumPy's SIMD sort here, and the ``(nK, R)`` running
+    count (a log-depth scan in XLA) cost more than the sort. Instead: one NumPy sort per column,
+    then block counts -- ``np.bincount`` of (block, group) gives how many rows of each group lie
+    in each block of ``block`` sorted positions, so the block holding the j-th valid row is found
+    from ``R / block`` partial sums and only that block is scanned. O(R log R) for the sort plus
+    O(R + nK (R / block + block)) per column, instead of O(nK R).
+    """
+    x = np.asarray(x)
+    Ks = np.asarray(Ks, dtype=np.int64)
+    *lead, R, d = x.shape
+    G = -(-R // n)  # groups; G itself marks padding, which no prefix contains
+    cols = np.moveaxis(x, -1, -2).reshape(-1, R)  # (M, R)
+    M = cols.shape[0]
+    order = np.argsort(cols, axis=-1)
+    srt = np.take_along_axis(cols, order, axis=-1)
+    nb = -(-R // block)
+    g = np.full((M, nb * block), G, dtype=np.int32)
+    np.floor_divide(order, n, out=g[:, :R])
+    gb = g.reshape(M, nb, block)
+    offset = (np.arange(M * nb, dtype=np.int64) * (G + 1)).reshape(M, nb, 1)
+    hist = np.bincount((gb + offset).ravel(), minlength=M * nb * (G + 1)).reshape(M, nb, G + 1)
+    below = np.cumsum(hist, axis=2, dtype=np.int32)[:, :, Ks - 1]  # (M, nb, nK) rows of group < K
+    upto = np.cumsum(below, axis=1, dtype=np.int32)  # valid rows in blocks 0..b
+    count = np.minimum(Ks * n, R)  # valid rows per prefix
+
+    def pick(j):  # j: (nK,) 0-based rank among the valid rows -> (M, nK) values
+        b = np.sum(upto <= j, axis=1)  # (M, nK) block holding rank j
+        before = np.where(b > 0, np.take_along_axis(upto, np.maximum(b - 1, 0)[:, None, :],
+                                                    axis=1)[:, 0, :], 0)
+        inside = np.take_along_axis(gb, b[:, :, None], axis=1) < Ks[:, None]  # (M, nK, block)
+        rank = np.cumsum(inside, axis=2, dtype=np.int32)
+        pos = b * block + np.sum(rank <= (j - before)[:, :, None], axis=2)
+        return np.take_along_axis(srt, pos, axis=1)
+
+    med = 0.5 * (pick((count - 1) // 2) + pick(count // 2))  # (M, nK)
+    return np.moveaxis(med.reshape(*lead, d, len(Ks)), -1, -2).astype(x.dtype)
+
+
+def _grouped_medians(pts, n: int, Ks: tuple):
+    """Prefix medians ``(nK, d)`` of one seed's ``pts: (G n, d)`` in groups of ``n`` consecutive
+    rows (the samples of a domain): on a CPU backend through
+    :func:`host_prefix_medians` (a ``pure_callback``, batched over the seeds by ``vmap``),
+    elsewhere with the pure-XLA :func:`prefix_medians`. Both pick the same order statistics."""
+    if jax.default_backend() != "cpu":
+        return prefix_medians(pts, jnp.arange(pts.shape[0]) // n, jnp.asarray(Ks, jnp.int32))
+    out = jax.ShapeDtypeStruct((len(Ks), pts.shape[1]), pts.dtype)
+    return jax.pure_callback(functools.partial(host_prefix_medians, n=n, Ks=Ks),
+                             out, pts, vmap_method="expand_dims")
+
+
 def _one_seed(spec: Spec, dtype, key) -> SeedResult:
+    """One seed: draws, the matching starts for every K, then a ``lax.scan`` over the K values
+    (pooling, subsampling and matching on the first K domains). Vectorising the K axis instead
+    (one vmapped ``while_loop`` for all K) was measured slower on CPU: the loop then runs over
+    26x bigger arrays, max(n_iter) times, and XLA's code for them vectorised worse."""
     means, samples, xbar, k_sub = draw(spec, dtype, key)
     mu_star = jnp.asarray(spec.mu_star, dtype)
     Ks = jnp.asarray(spec.Ks, jnp.int32)
     if spec.init == "median":
-        pts, group = (samples.reshape(-1, spec.d), jnp.repeat(jnp.arange(spec.K_max), spec.n)) \
-            if samples is not None else (xbar, jnp.arange(spec.K_max))
-        medians = prefix_medians(pts, group, Ks)
+        medians = _grouped_medians(samples.reshape(-1, spec.d), spec.n, spec.Ks) \
+            if samples is not None else prefix_medians(xbar, jnp.arange(spec.K_max), Ks)
+        # (K_max domain means: XLA's sort of ~30 rows beats a host round trip -- measured)
     else:
         medians = jnp.zeros((len(spec.Ks), spec.d), dtype)
     n = jnp.asarray(spec.n, dtype)
@@ -228,27 +289,61 @@ def _compiled(spec: Spec, dtype_name: str):
 
 
 def _shard(keys):
-    """Place the seed axis across all local devices (no-op on one device)."""
-    devices = jax.devices()
+    """Place the seed axis across this process's devices (no-op on one device)."""
+    devices = jax.local_devices()
     if len(devices) == 1:
         return keys
     mesh = jax.sharding.Mesh(np.array(devices), ("seeds",))
     return jax.device_put(keys, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("seeds")))
 
 
+DISTRIBUTED_HELP = (
+    "call jax.distributed.initialize(coordinator_address='HOST:PORT', num_processes=N, "
+    "process_id=I) in every process before any other JAX call (HOST:PORT may instead come from "
+    "the environment variable JAX_COORDINATOR_ADDRESS; on Slurm, Open MPI and TPU pods "
+    "jax.distributed.initialize() detects all three); or use poolsim.experiments.init_distributed(), "
+    "which checks them first")
+
+
+def process_block(S: int) -> tuple[int, int]:
+    """``(start, length)`` of this process's equal block of ``S`` seeds (the seed list padded to a
+    multiple of ``jax.process_count()``), for :func:`simulate` with ``distributed=True``."""
+    per = -(-S // jax.process_count())
+    return jax.process_index() * per, per
+
+
 def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: int = 2048,
-             shard: bool = True, progress: Callable[[int], None] | None = None) -> SeedResult:
+             shard: bool = True, progress: Callable[[int], None] | None = None,
+             distributed: bool = False) -> SeedResult:
     """Run ``spec`` for every seed in ``seeds`` (int array). Seed s uses ``jax.random.key(s)``, so a
-    seed's result does not depend on the other seeds, the chunking or the sharding.
+    seed's result does not depend on the other seeds, the chunking, the sharding or the process.
 
     Seeds are processed in chunks of ``chunk`` (the last one padded, so one trace serves all;
     ~2k seeds per chunk was fastest on a 2-core CPU, larger ones fall out of cache);
-    with several devices each chunk is sharded over them (chunk rounded up to a multiple of the
-    device count). Returns a :class:`SeedResult` of NumPy arrays with leading axis ``len(seeds)``.
+    with several local devices each chunk is sharded over them (chunk rounded up to a multiple of
+    the device count). ``distributed=True`` (every process of a ``jax.distributed`` job calls
+    this with the same arguments): each process runs its own block of seeds
+    (:func:`process_block`) and ``multihost_utils.process_allgather`` gathers the blocks, so
+    every process, process 0 included, returns all seeds in order. Returns a
+    :class:`SeedResult` of NumPy arrays with leading axis ``len(seeds)``.
     """
     seeds = np.asarray(seeds, dtype=np.int64)
     S = len(seeds)
-    ndev = len(jax.devices()) if shard else 1
+    if distributed:
+        if not jax.distributed.is_initialized():
+            raise RuntimeError(f"distributed=True but jax.distributed is not initialised: "
+                               f"{DISTRIBUTED_HELP}")
+        start, per = process_block(S)
+        padded = np.concatenate([seeds, np.full(per * jax.process_count() - S, seeds[-1])])
+        local = simulate(spec, padded[start:start + per], dtype=dtype, chunk=chunk, shard=shard,
+                         progress=progress)
+        from jax.experimental import multihost_utils
+
+        ctx = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
+        with ctx:
+            full = multihost_utils.process_allgather(local, tiled=True)
+        return SeedResult(*(np.asarray(a)[:S] for a in full))
+    ndev = len(jax.local_devices()) if shard else 1
     # Fewer seeds than `chunk`: round up to a power of two, so runs of similar size share one
     # compiled shape; the last chunk is padded.
     chunk = min(chunk, 1 << (S - 1).bit_length())

@@ -16,6 +16,11 @@ Common parameters (all experiments):
 * ``dtype="float32"`` or ``"float64"``; ``chunk`` seeds per device call; ``metadist`` overrides the
   experiment's meta-distribution (any :class:`poolsim.metadist.MetaDist` of dimension d).
 
+Multi-process (``jax.distributed``): every process calls :func:`init_distributed` (or
+``jax.distributed.initialize``) first, then ``run(..., distributed=True)`` with the same arguments;
+each process simulates an equal block of the seeds and every process gets the gathered frame
+(write files from ``jax.process_index() == 0`` only). Same seeds -> the single-process frame.
+
 To add an experiment: one more :class:`Experiment` entry in ``EXPERIMENTS``.
 """
 from __future__ import annotations
@@ -153,13 +158,56 @@ def spec(name: str, **params) -> tuple[_engine.Spec, dict]:
                         bool(P["materialize"])), P
 
 
+def init_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
+                     process_id: int | None = None, **kwargs) -> None:
+    """Check the ``jax.distributed`` settings, then call ``jax.distributed.initialize`` with them.
+
+    ``coordinator_address`` ("HOST:PORT" of process 0; default: the environment variable
+    ``JAX_COORDINATOR_ADDRESS``), ``num_processes`` >= 1 and ``process_id`` in
+    ``[0, num_processes)``; all three may be left out on Slurm / Open MPI / TPU, where JAX
+    detects them. ``kwargs`` go to ``jax.distributed.initialize`` unchanged. A malformed value
+    raises ValueError naming the argument or environment variable (JAX's own errors for these
+    are an IndexError or a bare int() failure). Call it before any other JAX computation.
+    """
+    import os
+
+    import jax
+
+    given = coordinator_address is not None
+    address = coordinator_address if given else os.environ.get("JAX_COORDINATOR_ADDRESS")
+    name = "coordinator_address" if given else "environment variable JAX_COORDINATOR_ADDRESS"
+    if address is not None:
+        host, _, port = str(address).rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{name} must be 'HOST:PORT' with PORT in 1..65535 (the address of "
+                             f"process 0), got {address!r}")
+    ids = os.environ.get("JAX_LOCAL_DEVICE_IDS")
+    if ids is not None and not all(p.strip().isdigit() for p in ids.split(",")):
+        raise ValueError(f"environment variable JAX_LOCAL_DEVICE_IDS must be comma-separated "
+                         f"device numbers such as '0,1', got {ids!r}")
+    if num_processes is not None:
+        _checks.integer("num_processes", num_processes, 1)
+    if process_id is not None:
+        _checks.integer("process_id", process_id, 0,
+                        num_processes - 1 if num_processes is not None else math.inf)
+    if address is None and None not in (num_processes, process_id) and num_processes > 1:
+        raise ValueError("coordinator_address is not set: pass coordinator_address='HOST:PORT' "
+                         "(process 0's address) or set the environment variable "
+                         "JAX_COORDINATOR_ADDRESS")
+    jax.distributed.initialize(address, num_processes, process_id, **kwargs)
+
+
 def simulate(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = None,
-             shard: bool = True, **params) -> tuple[_engine.SeedResult, dict]:
-    """Raw per-seed arrays (:class:`poolsim._engine.SeedResult`) and the resolved parameters."""
+             shard: bool = True, distributed: bool = False,
+             **params) -> tuple[_engine.SeedResult, dict]:
+    """Raw per-seed arrays (:class:`poolsim._engine.SeedResult`) and the resolved parameters.
+    ``distributed=True``: see the module docstring (multi-process)."""
     s, P = spec(name, **params)
     seed_arr = _seeds(seeds)
+    if not isinstance(distributed, bool):
+        raise ValueError(f"distributed must be True or False, got {distributed!r}")
     res = _engine.simulate(s, seed_arr, dtype=P["dtype"], chunk=P["chunk"], shard=shard,
-                           progress=progress)
+                           progress=progress, distributed=distributed)
     P["seeds"] = seed_arr
     return res, P
 
@@ -193,13 +241,15 @@ def frame(name: str, res: _engine.SeedResult, P: dict) -> pd.DataFrame:
 
 
 def run(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = None,
-        **params) -> pd.DataFrame:
+        distributed: bool = False, **params) -> pd.DataFrame:
     """Run a registered experiment for ``seeds`` (a count S -> seeds 0..S-1, or a list of seeds).
 
     Same seeds and parameters -> identical frames. See the module docstring for parameters and
-    ``EXPERIMENTS[name].description`` for each experiment's set-up.
+    ``EXPERIMENTS[name].description`` for each experiment's set-up. ``distributed=True`` runs the
+    seeds across the processes of a ``jax.distributed`` job (module docstring; raises
+    RuntimeError if ``jax.distributed`` was not initialised).
     """
-    res, P = simulate(name, seeds=seeds, progress=progress, **params)
+    res, P = simulate(name, seeds=seeds, progress=progress, distributed=distributed, **params)
     return frame(name, res, P)
 
 

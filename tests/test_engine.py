@@ -204,3 +204,23 @@ def test_collision_law_large_n_mean():
     for n, draws in [(100, 10), (100_000, 10), (50, 20)]:
         values, prob = _engine.collision_law(n, draws)
         assert float(values @ prob) == pytest.approx(draws + draws * (draws - 1) / n, rel=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n, block", [(7, 4), (10, 64), (3, 5)])
+def test_host_prefix_medians_equal_numpy_median(rng, dtype, n, block):
+    # The CPU engine's NumPy prefix medians (sort + block counts) against NumPy's own median of
+    # each prefix of K n rows; rounded values make ties inside and across groups; Ks include 1,
+    # odd and even counts, and the last group. Blocks smaller than, equal to and larger than n.
+    import jax.numpy as jnp
+
+    G = 9
+    x = np.round(rng.normal(size=(2, 3, G * n, 2)), 1).astype(dtype)
+    Ks = (1, 2, 4, 5, 9)
+    got = _engine.host_prefix_medians(x, n, Ks, block=block)
+    assert got.shape == (2, 3, len(Ks), 2) and got.dtype == dtype
+    for j, K in enumerate(Ks):
+        np.testing.assert_array_equal(got[:, :, j], np.median(x[:, :, :K * n], axis=2).astype(dtype))
+    # ... and the pure-XLA version used on accelerators picks the same order statistics.
+    xla = _engine.prefix_medians(jnp.asarray(x[0, 0]), jnp.repeat(jnp.arange(G), n), jnp.asarray(Ks))
+    np.testing.assert_array_equal(np.asarray(xla), got[0, 0])

@@ -8,6 +8,8 @@ folder: the second process loads the executables the first compiled instead of c
 """
 import json
 import os
+import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,9 +23,11 @@ from scipy import optimize
 from poolsim.figures import FIGURES, _baselines
 from poolsim.figures import __main__ as cli
 
-SEEDS = 3  # --quick uses min(--seeds, 3) = 3 seeds: 0, 1, 2
+SEEDS = 2  # the CLI run below: --quick --seeds 2, i.e. seeds 0, 1 (too few for any verdict)
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_backend_optimization_level=0"}
 ENV.pop("JAX_COMPILATION_CACHE_DIR", None)
+_UMASK = os.umask(0o022)  # read the process umask (the CLI subprocesses inherit it) ...
+os.umask(_UMASK)  # ... and put it back
 
 # The direct API call: plain experiments.run / simulate, then the reductions the figures plot,
 # computed here independently of poolsim.figures (np.median on the raw xbar, per-seed diffs, ...).
@@ -72,8 +76,8 @@ def runs(tmp_path_factory):
     env = {**ENV, "JAX_COMPILATION_CACHE_DIR": str(base / "jax-cache"),
            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
-    for cmd in ([sys.executable, "-m", "poolsim.figures", "--quick", "--out", str(out),
-                 "--only", *FIGURES],
+    for cmd in ([sys.executable, "-m", "poolsim.figures", "--quick", "--seeds", str(SEEDS),
+                 "--out", str(out), "--only", *FIGURES],
                 [sys.executable, "-c", REFERENCE, str(ref), str(SEEDS)]):
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
@@ -102,9 +106,25 @@ def test_every_file_written(runs):
     summary = (out / "summary.md").read_text()
     for name in FIGURES:
         assert f"## {name} -- " in summary
-    assert "SIMULATED" in summary and "3 seeds" in summary
-    assert "holds" in summary  # each claim gets a verdict
+    assert "SIMULATED" in summary and f"{SEEDS} seeds" in summary
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp folder left
+    assert all(p.stat().st_mode & 0o777 == 0o666 & ~_UMASK for p in out.iterdir())
+
+
+def test_verdicts_csv_has_the_columns_and_two_seeds_never_decide(runs):
+    out, _ = runs
+    v = pd.read_csv(out / "verdicts.csv")
+    assert {"figure", "claim", "verdict", "estimate", "ci_low", "ci_high", "n_seeds",
+            "threshold"} <= set(v.columns)
+    assert set(v.figure) == set(FIGURES)  # every figure states at least one claim
+    assert (v.verdict == "inconclusive").all() and (v.n_seeds <= SEEDS).all()
+    assert v.ci_low.isna().all()  # no zero-width interval from two seeds
+    summary = (out / "summary.md").read_text()
+    claims = [ln for ln in summary.splitlines() if ln.startswith("- ") and "**" in ln]
+    assert len(claims) == len(v)  # the claim lines are rendered from the rows
+    assert all("**inconclusive**" in ln for ln in claims)
+    assert not re.search(r"\b(holds|does not hold)\b", "\n".join(claims))
+    assert "0 holds, 0 does not hold" in summary
 
 
 def test_csv_numbers_equal_direct_api_call(runs):
@@ -183,9 +203,14 @@ def test_unwritable_out(tmp_path, where):
     assert blocker.read_text() == "x"
 
 
-def _fake(name, fail):
+def _fake(name, fail, value=1.0):
+    from poolsim import decide_claim
+    from poolsim.figures import _data
+
     def compute(*, seeds, quick, progress=None):
-        return pd.DataFrame({"panel": ["p"], "mean": [1.0], "n_seeds": [seeds]})
+        df = pd.DataFrame({"panel": ["p"], "mean": [value], "n_seeds": [seeds]})
+        v = decide_claim(np.full(seeds, value))
+        return _data.set_verdicts(df, [_data.claim(name, f"{name} is positive", v, "x")])
 
     def plot(df):
         if fail:
@@ -194,7 +219,7 @@ def _fake(name, fail):
         return plt.figure()
 
     return types.SimpleNamespace(NAME=name, compute=compute, plot=plot,
-                                 summarize=lambda df: f"## {name}\n")
+                                 summarize=lambda df: f"## {name} -- fake\n\nvalue {value}\n")
 
 
 def test_failure_midway_leaves_out_untouched(tmp_path, monkeypatch, capsys):
@@ -216,7 +241,52 @@ def test_failure_midway_leaves_out_untouched(tmp_path, monkeypatch, capsys):
     mods["second"] = _fake("second", False)
     assert cli.main(["--out", str(out), "--format", "png"]) == 0
     assert {p.name for p in out.iterdir()} == {"keep.txt", "summary.md", "first.csv", "first.png",
-                                               "second.csv", "second.png"}
+                                               "second.csv", "second.png", "verdicts.csv"}
+
+
+def test_only_keeps_the_other_figures_sections_and_verdicts(tmp_path, monkeypatch):
+    import poolsim.figures as figs
+
+    mods = {"first": _fake("first", False), "second": _fake("second", False)}
+    monkeypatch.setattr(figs, "available", lambda: tuple(mods))
+    monkeypatch.setattr(figs, "load", mods.__getitem__)
+    monkeypatch.setenv("XLA_FLAGS", "")
+    out = tmp_path / "out"
+    assert cli.main(["--out", str(out), "--format", "png", "--seeds", "40"]) == 0
+    mods["second"] = _fake("second", False, value=-1.0)
+    assert cli.main(["--out", str(out), "--format", "png", "--seeds", "40", "--only", "second"]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "## first -- fake" in summary and "value 1.0" in summary  # kept from the first run
+    assert "## second -- fake" in summary and "value -1.0" in summary  # replaced by the second
+    v = pd.read_csv(out / "verdicts.csv").set_index("figure")
+    assert list(v.index) == ["first", "second"]
+    # 40 constant seeds: +1 holds, -1 does not hold (constant data: the interval is the point)
+    assert v.loc["first", "verdict"] == "holds" and v.loc["second", "verdict"] == "does not hold"
+
+
+def test_paper_seeds_flag_runs_ten_seeds_labelled(tmp_path, monkeypatch):
+    import poolsim.figures as figs
+
+    mods = {"first": _fake("first", False)}
+    monkeypatch.setattr(figs, "available", lambda: tuple(mods))
+    monkeypatch.setattr(figs, "load", mods.__getitem__)
+    monkeypatch.setenv("XLA_FLAGS", "")
+    out = tmp_path / "out"
+    assert cli.main(["--out", str(out), "--format", "png", "--paper-seeds"]) == 0
+    assert "the paper's 10-seed picture" in (out / "summary.md").read_text()
+    v = pd.read_csv(out / "verdicts.csv")
+    assert v.n_seeds.tolist() == [10] and v.verdict.tolist() == ["inconclusive"]
+    assert cli.main(["--out", str(out), "--format", "png", "--seeds", "10"]) == 0  # the same run
+    assert "the paper's 10-seed picture" in (out / "summary.md").read_text()
+
+
+def test_temp_folder_of_a_killed_run_is_git_ignored():
+    root = pathlib.Path(__file__).resolve().parents[1]
+    r = subprocess.run(["git", "check-ignore", "-q", f"figures/{cli.TMP_PREFIX}abc123/x.png"],
+                       cwd=root, capture_output=True)
+    if r.returncode == 128:
+        pytest.skip("not a git checkout")
+    assert r.returncode == 0
 
 
 # --- the hand-written estimators against independent references ---------------------------------
@@ -249,3 +319,16 @@ def test_median_of_means_and_mcd_edges(rng):
     assert np.isnan(_baselines.mcd(x, seed=0)).all()  # K = 9 < 10 d = 20: not used
     y = rng.normal(size=(40, 2))
     assert np.all(np.isfinite(_baselines.mcd(y, seed=0)))
+
+
+def test_readme_numbers_come_from_the_committed_run():
+    # Every "m [lo, hi]" the README's figures and audit sections quote appears verbatim in the
+    # committed figures/summary.md or docs/claims.md (numbers come from the committed run).
+    root = pathlib.Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    part = readme.split("## Reproduced figures", 1)[1].split("\n## Monte-Carlo engine", 1)[0]
+    committed = (root / "figures" / "summary.md").read_text() + (root / "docs" / "claims.md").read_text()
+    quoted = re.findall(r"[-+]?\d+\.\d+ \[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]", part)
+    assert len(quoted) >= 5
+    missing = [q for q in quoted if q not in committed]
+    assert not missing, missing

@@ -1,14 +1,21 @@
-"""Command line: ``python -m poolsim.figures [--out DIR] [--seeds S] [--only NAME ...] [--quick]
-[--format png,pdf]``.
+"""Command line: ``python -m poolsim.figures [--out DIR] [--seeds S | --paper-seeds] [--only NAME ...]
+[--quick] [--format png,pdf]``.
 
 Writes, for each figure NAME, ``NAME.csv`` (every plotted number) and ``NAME.<format>`` files, plus
-``summary.md`` (one section per figure made in this run). Everything is first written into a
-temporary folder next to DIR and only moved into DIR (``os.replace``, file by file) once every
-figure has succeeded, so a failed run leaves DIR as it was.
+``verdicts.csv`` (one row per claim, decided by :func:`poolsim.decide_claim` on paired per-seed
+differences) and ``summary.md`` (one section per figure, its claim lines rendered from those
+rows). With ``--only`` the other figures' sections and verdict rows already in DIR are kept.
+Everything is first written into a temporary folder ``DIR/.figures-tmp-*`` (git-ignored) and only
+moved into DIR (``os.replace``, file by file) once every figure has succeeded, so a failed run
+leaves DIR as it was; files get the usual ``0644`` (umask) permissions.
 
-Compilation dominates the run time (each simulation itself takes well under a second), so unless
-``XLA_FLAGS`` already sets it this CLI compiles with ``--xla_backend_optimization_level=0`` and
-compiles the distinct simulations in parallel threads.
+Seeds: ``--seeds`` (default :data:`DEFAULT_SEEDS`) per experiment; the costly figures cap it
+(``baselines``, ``flow_bridge``, ``multimodal``: their ``MAX_SEEDS``). ``--paper-seeds`` runs the
+paper's 10 seeds -- then every verdict is "inconclusive" (fewer than 30 seeds).
+
+Compilation dominates the engine figures' time at small seed counts, so unless ``XLA_FLAGS``
+already sets it this CLI compiles with ``--xla_backend_optimization_level=0`` and compiles the
+distinct simulations in parallel threads.
 """
 from __future__ import annotations
 
@@ -20,6 +27,9 @@ import tempfile
 from pathlib import Path
 
 FORMATS = ("png", "pdf", "svg")
+DEFAULT_SEEDS = 1000
+PAPER_SEEDS = 10
+TMP_PREFIX = ".figures-tmp-"  # git-ignored (.gitignore), so a killed run leaves nothing to commit
 _OPT = "--xla_backend_optimization_level"
 
 
@@ -36,11 +46,17 @@ def _fail(message: str, code: int = 1) -> int:
 def _parser(names) -> argparse.ArgumentParser:
     p = _Parser(prog="python -m poolsim.figures",
                 description="Reproduce the paper's synthetic figures (simulated data) as PNG/PDF "
-                            "plus a tidy CSV per figure and summary.md.")
+                            "plus a tidy CSV per figure, verdicts.csv (every claim decided on "
+                            "paired per-seed differences) and summary.md.")
     p.add_argument("--out", default="figures", type=Path,
                    help="output folder (created if absent; default: figures/)")
-    p.add_argument("--seeds", default=10, type=int,
-                   help="Monte-Carlo seeds 0..S-1 per experiment (default: 10, as in the paper)")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", default=DEFAULT_SEEDS, type=int,
+                       help=f"Monte-Carlo seeds 0..S-1 per experiment (default: {DEFAULT_SEEDS}; "
+                            "baselines, flow_bridge and multimodal use at most their MAX_SEEDS)")
+    seeds.add_argument("--paper-seeds", action="store_true",
+                       help=f"the paper's {PAPER_SEEDS}-seed picture (every verdict then "
+                            "inconclusive: too few seeds for an interval)")
     p.add_argument("--only", nargs="+", metavar="NAME",
                    help=f"make only these figures (default: all): {', '.join(names)}")
     p.add_argument("--quick", action="store_true",
@@ -71,11 +87,12 @@ def _configure_xla() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {_OPT}=0".strip()
 
 
-def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool) -> None:
+def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper: bool) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import pandas as pd
     from tqdm import tqdm
 
     from . import _data, load
@@ -83,16 +100,18 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool) -> Non
     modules = [load(n) for n in names]
     S = _data.n_seeds(seeds, quick)
     jobs = [job for m in modules for job in getattr(m, "SIMULATIONS", [])]
-    tmp = Path(tempfile.mkdtemp(prefix=".figures-tmp-", dir=out))
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=out))
+    mode = 0o666 & ~_umask()
     try:
         if jobs:
             with tqdm(total=S * len({(n, tuple(sorted(p.items()))) for n, p in jobs}),
                       desc="simulating (seeds)", unit="seed") as bar:
                 _data.prefetch(jobs, seeds=S, progress=bar.update)
-        sections = []
+        sections, verdicts = {}, []
         for name, mod in zip(names, tqdm(modules, desc="figures", unit="fig")):
-            units = S * max(1, len(getattr(mod, "SIMULATIONS", ())))
-            with tqdm(total=units, desc=f"{name} (seeds)", unit="seed", leave=False) as bar:
+            total = (mod.progress_total(seeds, quick) if hasattr(mod, "progress_total")
+                     else S * max(1, len(getattr(mod, "SIMULATIONS", ()))))
+            with tqdm(total=total, desc=f"{name} (seeds)", unit="seed", leave=False) as bar:
                 df = mod.compute(seeds=seeds, quick=quick, progress=bar.update)
             df.to_csv(tmp / f"{name}.csv", index=False)
             fig = mod.plot(df)
@@ -101,12 +120,53 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool) -> Non
                     fig.savefig(tmp / f"{name}.{fmt}", dpi=150, metadata=_metadata(fmt))
             finally:
                 plt.close(fig)
-            sections.append(mod.summarize(df))
-        (tmp / "summary.md").write_text(_summary(names if only else None, seeds, S, quick, sections))
+            sections[name] = mod.summarize(df).rstrip("\n") + "\n"
+            verdicts.append(_data.verdicts_of(df))
+        table = pd.concat(verdicts, ignore_index=True)
+        if only:  # keep the other figures' rows and sections already in --out
+            table, sections = _merge(out, names, table, sections)
+        table.to_csv(tmp / "verdicts.csv", index=False)
+        (tmp / "summary.md").write_text(_summary(names if only else None, seeds, S, quick, paper,
+                                                 sections, table))
         for f in sorted(tmp.iterdir()):
+            os.chmod(f, mode)
             os.replace(f, out / f.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _sections(text: str) -> dict:
+    """``{figure name: its section}`` of an existing summary.md (sections start ``## NAME -- ``)."""
+    import re
+
+    parts = re.split(r"(?m)^(?=## )", text)
+    return {m.group(1): p.rstrip("\n") + "\n" for p in parts
+            if (m := re.match(r"## (\S+) -- ", p))}
+
+
+def _merge(out: Path, names, table, sections):
+    """This run's verdict rows and sections plus the other figures' ones already in ``out``."""
+    import pandas as pd
+
+    from . import _data, available
+
+    old_csv, old_md = out / "verdicts.csv", out / "summary.md"
+    if old_csv.is_file():
+        old = pd.read_csv(old_csv)
+        if set(_data.VERDICT_COLUMNS) <= set(old.columns):
+            table = pd.concat([old[~old["figure"].isin(names)], table], ignore_index=True)
+    old_sections = _sections(old_md.read_text()) if old_md.is_file() else {}
+    merged = {n: sections.get(n, old_sections.get(n)) for n in available()}
+    merged = {n: v for n, v in merged.items() if v is not None}
+    order = {n: i for i, n in enumerate(available())}
+    table = table.sort_values("figure", key=lambda c: c.map(order), kind="stable")
+    return table.reset_index(drop=True), merged
 
 
 def _metadata(fmt: str) -> dict:
@@ -114,23 +174,37 @@ def _metadata(fmt: str) -> dict:
     return {"pdf": {"CreationDate": None}, "svg": {"Date": None}}.get(fmt, {})
 
 
-def _summary(only, seeds: int, S: int, quick: bool, sections) -> str:
+def _summary(only, seeds: int, S: int, quick: bool, paper: bool, sections: dict, table) -> str:
     import jax
 
-    cmd = "python -m poolsim.figures" + (" --quick" if quick else "") + f" --seeds {seeds}"
+    from .. import _verdict
+
+    if paper:
+        cmd = "python -m poolsim.figures" + (" --quick" if quick else "") + " --paper-seeds"
+    else:
+        cmd = "python -m poolsim.figures" + (" --quick" if quick else "") + f" --seeds {seeds}"
     if only:
         cmd += " --only " + " ".join(only)
+    picture = f"the paper's {PAPER_SEEDS}-seed picture" if paper else f"{S} seeds"
+    counts = table["verdict"].value_counts()
     head = [
         "# Synthetic figures: paper's claims vs this run",
         "",
-        f"All data are SIMULATED (poolsim JAX Monte-Carlo engine, `poolsim.experiments`), "
-        f"{S} seeds (0..{S - 1}) per experiment, the paper's parameters unless marked (ours). "
-        f"Regenerate with `{cmd}` (JAX {jax.__version__}). \"holds\" / \"does not hold\" compare "
-        f"the paper's qualitative claim with this run's numbers; intervals are 95% Student-t over "
-        f"seeds.",
+        f"All data are SIMULATED (poolsim JAX Monte-Carlo engine, `poolsim.experiments`) unless a "
+        f"row says REAL; {picture} (0..{S - 1}) per engine experiment (the costly figures use the "
+        f"first seeds only; each section states its count), the paper's parameters unless marked "
+        f"(ours). Last command: `{cmd}` (JAX {jax.__version__})"
+        + (" -- sections of other figures were kept from earlier runs" if only else "") + ".",
+        "",
+        f"Verdicts (`verdicts.csv`, one row per claim): each claim is decided on the PAIRED "
+        f"per-seed difference of the quantities it compares, with a 95% Student-t interval: "
+        f"**holds** if the interval lies on the claimed side of the threshold, **does not hold** "
+        f"if it lies on the other side, **inconclusive** if it contains the threshold or there are "
+        f"fewer than {_verdict.MIN_SEEDS} seeds. Where the paper gives no threshold, ours is named. "
+        f"This file: " + ", ".join(f"{counts.get(o, 0)} {o}" for o in _verdict.OUTCOMES) + ".",
         "",
     ]
-    return "\n".join(head + sections)
+    return "\n".join(head) + "\n" + "\n".join(sections.values())
 
 
 def main(argv=None) -> int:
@@ -151,10 +225,12 @@ def main(argv=None) -> int:
                              f"got {args.format!r}")
         out = _check_out(args.out)
         _configure_xla()
-        _make(names, out, args.seeds, args.quick, list(dict.fromkeys(formats)), bool(args.only))
+        seeds = PAPER_SEEDS if args.paper_seeds else args.seeds
+        _make(names, out, seeds, args.quick, list(dict.fromkeys(formats)), bool(args.only),
+              seeds == PAPER_SEEDS and not args.quick)  # --seeds 10 is the paper's picture too
     except (ValueError, OSError) as exc:
         return _fail(str(exc))
-    print(f"wrote {len(names)} figure(s) and summary.md to {out}", file=sys.stderr)
+    print(f"wrote {len(names)} figure(s), verdicts.csv and summary.md to {out}", file=sys.stderr)
     return 0
 
 

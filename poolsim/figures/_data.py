@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from .. import _engine, experiments
+from .. import _engine, _verdict, experiments
 
 QUICK_SEEDS = 3  # --quick: at most this many seeds
 
@@ -96,7 +96,8 @@ def interval_rows(values: np.ndarray, **cols: Any) -> dict:
     """One tidy row: ``mean``, ``ci_low``, ``ci_high`` (95% t over seeds) and ``n_seeds`` of
     ``values`` (one number per seed), plus ``cols``."""
     m, lo, hi = experiments.ci95(values)
-    return {**cols, "mean": m, "ci_low": lo, "ci_high": hi, "n_seeds": int(np.size(values))}
+    n = int(np.sum(np.isfinite(np.asarray(values, dtype=float))))  # ci95 drops non-finite seeds
+    return {**cols, "mean": m, "ci_low": lo, "ci_high": hi, "n_seeds": n}
 
 
 def curve_frame(values: np.ndarray, Ks: Iterable[int], names: Iterable[str], **cols) -> pd.DataFrame:
@@ -216,5 +217,56 @@ def fmt(row: Any) -> str:
     return f"{row['mean']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
 
 
-def verdict(ok: bool) -> str:
-    return "**holds**" if ok else "**does not hold**"
+def seeds_capped(seeds: int, quick: bool, cap: int) -> int:
+    """Seeds a costly figure uses: :func:`n_seeds`, at most ``cap`` (the figure's ``MAX_SEEDS``)."""
+    return min(n_seeds(seeds, quick), int(cap))
+
+
+# --- verdicts: every claim decided by poolsim._verdict on paired per-seed values -------------------
+
+VERDICT_COLUMNS = ("figure", "claim", "verdict", "estimate", "ci_low", "ci_high", "n_seeds",
+                   "threshold", "side", "compared", "source", "note")
+
+
+def claim(figure: str, text: str, v: _verdict.Verdict, compared: str, *, source: str = "paper",
+          note: str = "") -> dict:
+    """One row of ``verdicts.csv``: the claim ``text``, decided as ``v`` on the per-seed values
+    ``compared`` (e.g. "eps(pooling) - eps(matching) at K=50"); ``source`` "paper" (a claim of the
+    paper) or "ours" (a question we add); ``note`` a caveat (our thresholds, by-construction...)."""
+    return dict(figure=figure, claim=text, verdict=v.verdict, estimate=v.estimate, ci_low=v.ci_low,
+                ci_high=v.ci_high, n_seeds=v.n_seeds, threshold=v.threshold, side=v.side,
+                compared=compared, source=source, note=note)
+
+
+def all_claim(figure: str, text: str, parts: dict, *, source: str = "paper", note: str = "") -> dict:
+    """A claim that needs every part (``{compared: Verdict}``) to hold; the row reports the part
+    that decides it (see :func:`poolsim._verdict.all_of`)."""
+    names = list(parts)
+    v, i = _verdict.all_of([parts[k] for k in names])
+    return claim(figure, text, v, names[i], source=source, note=note)
+
+
+def set_verdicts(df: pd.DataFrame, rows: list) -> pd.DataFrame:
+    """Attach the verdict rows to a figure's frame (``df.attrs["verdicts"]``), for ``summarize``
+    and the CLI's ``verdicts.csv``."""
+    df.attrs["verdicts"] = [dict(r) for r in rows]
+    return df
+
+
+def verdicts_of(df: pd.DataFrame) -> pd.DataFrame:
+    """The verdict rows attached by :func:`set_verdicts`, columns :data:`VERDICT_COLUMNS`."""
+    return pd.DataFrame(df.attrs.get("verdicts", []), columns=list(VERDICT_COLUMNS))
+
+
+def claim_lines(verdicts: pd.DataFrame) -> list[str]:
+    """Markdown bullets rendered from verdict rows (``verdicts.csv``'s columns)."""
+    lines = []
+    for r in verdicts.itertuples():
+        src = "Paper" if r.source == "paper" else "Ours (not a claim of the paper)"
+        v = _verdict.Verdict(r.verdict, float(r.estimate), float(r.ci_low), float(r.ci_high),
+                             int(r.n_seeds), float(r.threshold), r.side)
+        rel = {"greater": ">", "less": "<", "zero": "="}[r.side]
+        lines.append(f"- {src}: {r.claim} -- **{r.verdict}**. Decided on {r.compared} "
+                     f"{rel} {r.threshold:g}, per seed: {_verdict.fmt(v)[len(r.verdict) + 2:]}."
+                     + (f" {r.note}" if isinstance(r.note, str) and r.note else ""))
+    return lines

@@ -1,4 +1,6 @@
 """Domain-addition protocol: CSVs, DA = Eq. 15, resume, orders, bad input, real-data path, figures, sweep."""
+import os
+import re
 import shutil
 
 import numpy as np
@@ -146,8 +148,17 @@ def test_figures_and_table(quick_run, tmp_path):
     names = {p.name for p in figs.iterdir()}
     assert {"ad_final.png", "ad_ablation.png", "ad_modality_gap.png", "ad_variance.png", "ad_table.md"} <= names
     md = (figs / "ad_table.md").read_text()
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert (figs / "ad_table.md").stat().st_mode & 0o777 == 0o666 & ~mask  # not mkstemp's 0600
     assert "this run, simulated" in md and "paper, real BMAD" in md
     assert "| Brain | AS | match-geodesic-vaca |" in md and "| 90.29 | 4.048 |" in md  # Table 1 / caption
+    # every claim line's verdict comes from poolsim's one rule (three outcomes, n and interval shown)
+    claims = [ln for ln in md.splitlines() if ln.startswith("- Paper") and "**" in ln]
+    assert len(claims) >= 2
+    for ln in claims:
+        assert re.search(r"\*\*(holds|does not hold|inconclusive)\*\*", ln), ln
+        assert re.search(r"\d+ (seeds|pairs)|seed\(s\)", ln), ln  # the count behind the verdict
     assert main(["figures", "--from", str(tmp_path), "--out", str(figs)]) == 2
 
 

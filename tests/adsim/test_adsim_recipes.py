@@ -211,7 +211,7 @@ def test_corrupt_config_and_checkpoint_name_the_file(tmp_path, capsys):
 def test_verdict_interval_is_scipys_one_sample_t_interval():
     from scipy import stats
 
-    from adsim import _verdict as V
+    from poolsim import _verdict as V
     rng = __import__("numpy").random.default_rng(0)
     d = rng.normal(0.3, 1.0, 40)
     v = V.decide(d)
