@@ -38,7 +38,9 @@ NOTE = ("What changed for issue 11: on a CPU backend the paper's sample-median i
         "measured slower. The materialised path is now bound by random-number generation (6,000 "
         "normals and 15,600 random words for the subsampling indices per seed; fewer draws would "
         "change every seed's results). The sufficient path (~1,600 floats per seed) is "
-        "overhead-bound in XLA's CPU code and unchanged. Engine times are the best of two warm "
+        "overhead-bound in XLA's CPU code and unchanged: it runs the same code before and now, so "
+        "the gap between those two columns is this shared machine's run-to-run noise (up to ~60% "
+        "seen today). Engine times are the best of two warm "
         "calls; the reference is timed once (on at most --ref-max-seeds seeds, then scaled).")
 
 
