@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from adsim import data as D  # noqa: E402
-from adsim._io import _atomic  # noqa: E402
+from montecarlo import append_table  # noqa: E402  (benchmarks/, the script's folder)
 from adsim.backbone import RandomWeightsWarning, build_backbone  # noqa: E402
 from adsim.head import features, prompt_ensemble, text_embeddings  # noqa: E402
 from adsim.matching import CentroidBank, match  # noqa: E402
@@ -242,10 +242,7 @@ def main(argv=None) -> int:
     table = run(args)
     print(table)
     if not args.no_write:
-        path = Path(args.results)
-        old = path.read_text() if path.exists() else "# Benchmarks\n"
-        _atomic(path, lambda fh: fh.write((old.rstrip("\n") + "\n\n" + table).encode()))
-        print(f"appended to {path}")
+        append_table(str(args.results), table)
     return 0
 
 

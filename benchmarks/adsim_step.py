@@ -295,13 +295,9 @@ def main(argv=None) -> int:
     table = run(args)
     print(table)
     if not args.no_write:
-        sys.path.insert(0, str(ROOT))
-        from adsim._io import _atomic
+        from montecarlo import append_table  # benchmarks/, the script's folder
 
-        path = Path(args.results)
-        old = path.read_text() if path.exists() else "# Benchmark results\n"
-        _atomic(path, lambda fh: fh.write((old.rstrip("\n") + "\n\n" + table).encode()))
-        print(f"appended to {path}")
+        append_table(str(args.results), table)
     return 0
 
 

@@ -136,6 +136,16 @@ def write_section(path: str, title: str, body: str) -> None:
     os.replace(tmp, path)
 
 
+def append_table(path: str, table: str) -> None:
+    """Append ``table`` to a Markdown results file, atomically (the adsim benchmarks' tables)."""
+    text = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text.rstrip("\n") + "\n\n" + table)
+    os.replace(tmp, path)
+    print(f"appended to {path}")
+
+
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[100, 1000, 10000])
