@@ -132,6 +132,12 @@ def run(args) -> str:
         add(f"matching+VACA step, exact sequential gate (B={bb})", te, bb)
         if bb == b:
             t_naive, t_match, t_match_exact = tn, tm, te
+    if args.decompose:  # which half of matching+VACA costs what: each one alone on top of the naive step
+        for label, over in (("naive step + VACA only", dict(method="naive", vaca=True)),
+                            ("matching only (batched gate, no VACA)", dict(method="match", vaca=False,
+                                                                           gate_mode="batched"))):
+            t = _time(_step_fn(backbone, base._replace(**over), text, batch, device, amp, "full"), device, **kw)
+            add(f"{label} (B={b})", t, b)
 
     # gates alone on one batch's patch features (B * N of them) and image features (B)
     n = b * spec.grid ** 2
@@ -209,6 +215,8 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"), help="markdown file to append to")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--decompose", action="store_true",
+                   help="also time the naive step with VACA only and matching without VACA (batch --batch-size)")
     p.add_argument("--skip-literal", action="store_true", help="skip timing the literal per-feature loop (~8 s/call)")
     args = p.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
