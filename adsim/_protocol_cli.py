@@ -1,7 +1,6 @@
 """Argument parsing and dispatch for ``python -m adsim {protocol,sweep,figures}``."""
 from __future__ import annotations
 
-import argparse
 import ast
 
 from . import protocol as P

@@ -25,7 +25,7 @@ from . import losses as L
 from . import recipes as R
 from ._io import autocast_dtype, load_torch, read_json, resolve_device, save_torch, write_json
 from .backbone import build_backbone, fingerprint
-from .head import Head, _score, adapter_bottlenecks, features, prompt_ensemble, text_embeddings, trunk_tokens
+from .head import Head, _score, adapter_bottlenecks, text_embeddings, trunk_tokens
 
 METHODS = ("naive", "match")
 SELECTIONS = ("last", "heldout", "test")
