@@ -276,6 +276,6 @@ def test_score_batches_and_run_score_pass_the_scoring_through():
     assert out["scores"].tolist() == [1.0] and out["maps"].max() <= 1.0
     assert run_score(SimpleNamespace()) == "logit_max"  # a config without a scoring field: the default
     assert run_score(SimpleNamespace(scoring="authors_prob_mean")) == "authors_prob_mean"  # a recipe's choice
-    assert run_score(SimpleNamespace(score="authors_prob_mean"), "logit_mean") == "logit_mean"  # override
+    assert run_score(SimpleNamespace(scoring="authors_prob_mean"), "logit_mean") == "logit_mean"  # override
     with pytest.raises(ValueError, match="score must be one of"):
         run("probability")
