@@ -1,0 +1,75 @@
+"""The one interface every detection method implements: the trained head, the baselines, few-shot.
+
+A *method* is a ``torch.nn.Module`` whose ``forward(images)`` takes a batch of preprocessed images
+``(B, 3, S, S)`` (resized to ``S = image_size``; CLIP mean/std normalised when ``clip_norm``) and
+returns an :class:`Output`. Evaluation, ``predict``, the protocol and the table runner only ever call
+this interface (through ``adsim.detector``), so a new method is one file in ``adsim/baselines/`` that
+registers a builder here, never a branch in the inference code.
+
+* :data:`ZERO_SHOT` -- training-free methods: ``name -> build(backbone, **options) -> Method``.
+* :data:`TRAINED` -- methods trained by ``python -m adsim train``: ``cfg.method -> load(cfg, backbone,
+  record, state) -> Method`` that rebuilds the method of a run folder from its ``config.json`` record
+  and checkpoint state dict. ``naive`` and ``match`` are the adapter head (:class:`HeadMethod`).
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import torch
+from torch import nn
+
+
+class Output(NamedTuple):
+    """What a method returns for ``B`` images of side ``S`` (float32, on the method's device).
+
+    ``scores: (B,)`` image anomaly scores, higher = more anomalous; they must *rank* (logits or
+    log-probabilities, not saturating probabilities). ``maps: (B, S, S)`` pixel anomaly maps at the
+    input resolution, higher = more anomalous. ``patches``: per layer ``(B, N, E)`` unit-norm patch
+    features on the ``grid x grid`` patch grid, the features a few-shot memory bank compares (empty
+    tuple when the method has none)."""
+    scores: torch.Tensor
+    maps: torch.Tensor
+    patches: tuple = ()
+
+
+class Method(nn.Module):
+    """Base class: subclasses set ``name``, ``image_size``, ``grid``, ``clip_norm`` and ``forward``."""
+    name: str = "?"
+    image_size: int
+    grid: int
+    clip_norm: bool = True
+
+    def forward(self, images: torch.Tensor) -> Output:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class HeadMethod(Method):
+    """The adapter head of ``adsim.head`` (methods ``naive`` and ``match``): image score and pixel map
+    as ``adsim.head.image_scores`` / ``anomaly_maps`` with the run's ``scoring``; ``patches`` are the
+    segmentation features (after VACA when on)."""
+
+    def __init__(self, backbone, head, *, scoring: str, clip_norm: bool = True, name: str = "match"):
+        from .head import check_score
+        super().__init__()
+        self.backbone, self.head, self.scoring = backbone, head, check_score(scoring)
+        self.name, self.clip_norm = name, clip_norm
+        self.image_size, self.grid = backbone.spec.image_size, backbone.spec.grid
+
+    def forward(self, images: torch.Tensor) -> Output:
+        from .head import anomaly_maps, features, image_scores
+        feats = features(self.backbone, self.head, images)
+        return Output(image_scores(feats, self.scoring).float(),
+                      anomaly_maps(feats, self.grid, self.image_size, self.scoring).float(),
+                      tuple(feats.seg))
+
+
+ZERO_SHOT: dict[str, Callable[..., Method]] = {}
+TRAINED: dict[str, Callable[..., Method]] = {}
+
+
+def register_zero_shot(name: str, build: Callable[..., Method]) -> None:
+    ZERO_SHOT[name] = build
+
+
+def register_trained(name: str, load: Callable[..., Method]) -> None:
+    TRAINED[name] = load
