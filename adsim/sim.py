@@ -18,22 +18,42 @@ CPU; the adsim head (adapters, VACA, matching, losses, text scoring) trains on i
 3. **Patch tokens** per layer ``l`` and patch ``n``: ``normalize(patch_cos * g + sqrt(1 - patch_cos^2) xi)``
    with ``xi`` unit and orthogonal to ``g`` (independent draws per layer: the layers see the same image
    and lesion through different patch-level noise).
-4. **Anomalies**: an anomalous image has a blob lesion on the ``grid x grid`` patch grid (radius uniform
+4. **Text prior** (the zero-shot transfer is drawn, never set per modality). Text embeddings
+   ``(t_normal, t_anomaly)``: ``t_normal`` uniform on the unit sphere of dimension ``embed_dim``,
+   ``t_anomaly = text_cos t_normal + sqrt(1 - text_cos^2) e`` with ``e`` uniform among unit vectors
+   orthogonal to ``t_normal`` (CLIP's normal/abnormal prompt embeddings are highly similar);
+   ``d = normalize(t_anomaly - t_normal)`` is the text anomaly direction. The frozen backbone's
+   projection into the joint space, ``proj = [Q 0]`` (``(E, W)``, ``Q`` a Haar-random ``E x C``
+   isometry on the class channels, as CLIP's ``visual.proj``), pulls it back to the token-space text
+   direction ``u = normalize(Q^T d)`` (uniform on the class-channel sphere). Modality ``k``'s anomaly
+   direction is ``v_k = sqrt(a_k) u + sqrt(1 - a_k) w_k`` with ``w_k`` a unit vector orthogonal to
+   ``u`` and the *text alignment* ``a_k ~ Beta(kappa m, kappa (1 - m))`` drawn independently per
+   modality and seed from a meta-distribution with mean ``m = shared`` and concentration
+   ``kappa = align_concentration`` (``m`` in {0, 1} or ``kappa = inf``: the point mass at ``m``, the
+   old fixed-fraction simulator). So ``cos(v_k, u) = sqrt(a_k)``, ``E cos(v_k, u) =
+   B(alpha + 1/2, beta) / B(alpha, beta)`` (:func:`expected_text_cos`), and the zero-shot score of a
+   patch ``x``, ``<proj x, d> = |Q^T d| <x, u>``, separates modality ``k``'s lesions by a shift of
+   ``anomaly_shift sqrt(a_k)`` before any training (``info["zero_shot"]`` records ``a_k`` and the
+   measured zero-shot image AUC per modality). ``u`` is shared by all modalities, so ``a_k`` is also
+   the part of the anomaly direction that transfers across modalities: ``cos(v_k, v_l) =
+   sqrt(a_k a_l) + sqrt((1 - a_k)(1 - a_l)) <w_k, w_l>``. With ``couple_anomalies`` the ``w_k`` have
+   the same correlation as the modality centroids (modalities that look alike have alike lesions);
+   otherwise they are independent.
+5. **Anomalies**: an anomalous image has a blob lesion on the ``grid x grid`` patch grid (radius uniform
    in ``lesion_radius`` patches, at least one patch); its lesion patches become
-   ``normalize(f + anomaly_shift * v_k)`` with ``v_k = sqrt(shared) v + sqrt(1 - shared) w_k`` in the class
-   channels: ``v`` shared by all modalities, ``w_k`` modality specific and orthogonal to ``v``. With
-   ``couple_anomalies`` the ``w_k`` have the same correlation as the modality centroids (modalities that
-   look alike have alike lesions); otherwise they are independent. Masks (the lesion blob) are given
-   for Brain, Liver and Retina_RESC only, as in BMAD.
-5. **Text embeddings** ``(t_normal, t_anomaly)``: two random unit vectors of dimension ``embed_dim``
-   with cosine ``text_cos`` (CLIP's normal/abnormal prompt embeddings are highly similar).
+   ``normalize(f + anomaly_shift * v_k)``. Masks (the lesion blob) are given for Brain, Liver and
+   Retina_RESC only, as in BMAD.
 
 Defaults were fixed once, before any comparison of methods and never on a target: the sizes for speed;
 ``anomaly_shift = 0.45`` because with it the *naive* method's AUC on its own *training* modalities lands in
 the range of the paper's real AUCs (image AUC 73-90, pixel AUC 93-96 at 3-4 passes), while 0.6 saturated
-(96-100) and 0.3 left image AUC near chance; ``shared = 0.5`` and ``couple_anomalies`` as the neutral
-middle of "partly shared, partly modality specific". The sweep (``adsim.sweep``) shows how the
-conclusions move with ``shared``, ``anomaly_shift`` and ``offdiag_scale``.
+(96-100) and 0.3 left image AUC near chance; ``couple_anomalies`` and ``shared = 0.5`` as the neutral
+middle of "partly shared, partly modality specific"; ``align_concentration = 2`` makes the default prior
+``Beta(1, 1)``, the uniform distribution of ``a_k`` on [0, 1] (no preferred alignment; chosen with the
+prior's form, before any run, not tuned on any result). ``text_cos = 0.8`` only scales the logits
+(``|t_anomaly - t_normal| = sqrt(2 - 2 text_cos)``), not which patches they rank first. The sweep
+(``adsim.sweep``) shows how the conclusions move with ``shared``, ``align_concentration``,
+``anomaly_shift`` and ``offdiag_scale``.
 
 Shapes: ``tokens (n, L, N, W)`` float32 with ``N = grid^2``, ``W = width``; ``masks (n, grid, grid)``.
 """
@@ -43,22 +63,25 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from scipy import special
 
 from .data import DOMAINS, MASKED
+from .evaluate import auc_percent
 from .reference import table4
 
 
 class SimParams(NamedTuple):
     width: int = 32                 # W: frozen token dimension (adapter input)
-    embed_dim: int = 16             # E: adapter bottleneck = text embedding dimension
-    class_channels: int = 8         # channels carrying the anomaly shift (>= 7 with couple_anomalies)
+    embed_dim: int = 16             # E: adapter bottleneck = text embedding dimension (>= class_channels)
+    class_channels: int = 8         # C: channels carrying the anomaly shift (>= 7 with couple_anomalies)
     grid: int = 6                   # patches per side
     n_layers: int = 4               # adapter layers (as the reference head)
     n_train: int = 24               # images per class per domain for training
     n_test: int = 1000              # per class per domain: AUC standard error <= 1.3 points (Hanley-McNeil, AUC 0.5)
     patch_cos: float = 0.8          # cosine between a patch token and its image feature
     anomaly_shift: float = 0.45     # length of the shift added to a lesion patch (unit tokens)
-    shared: float = 0.5             # fraction of the anomaly direction's energy shared across modalities
+    shared: float = 0.5             # m: mean text alignment a_k (energy of v_k on the shared text direction)
+    align_concentration: float = 2.0  # kappa: a_k ~ Beta(kappa m, kappa (1 - m)); inf = a_k = m exactly
     couple_anomalies: bool = True   # modality-specific anomaly directions correlated like the modalities
     offdiag_scale: float = 1.0      # s in G(s) = s G + (1 - s) diag(G); 1 = paper Table 4
     lesion_radius: tuple = (0.8, 1.8)  # blob radius range in patches
@@ -66,7 +89,8 @@ class SimParams(NamedTuple):
 
 
 # The simulator parameters the sensitivity sweep varies (one at a time, around the defaults).
-SWEEP = {"shared": (0.0, 0.5, 1.0), "anomaly_shift": (0.3, 0.45, 0.6), "offdiag_scale": (0.5, 1.0)}
+SWEEP = {"shared": (0.0, 0.5, 1.0), "align_concentration": (2.0, float("inf")),
+         "anomaly_shift": (0.3, 0.45, 0.6), "offdiag_scale": (0.5, 1.0)}
 
 
 class Split(NamedTuple):
@@ -82,7 +106,9 @@ class SimData(NamedTuple):
     test: dict              # domain -> Split
     text: torch.Tensor      # (2, E) unit rows (normal, anomaly)
     gram: np.ndarray        # (6, 6) the Gram matrix the means were built from (DOMAINS order)
-    info: dict              # PSD check: eigenvalues, projected flag
+    info: dict              # PSD check (eigenvalues, projected flag); "prior"; "zero_shot" per domain
+    proj: np.ndarray        # (E, W) the frozen projection of tokens into the text space
+    anomaly: np.ndarray     # (6, W) unit anomaly directions v_k (DOMAINS order)
 
 
 def validate(params: SimParams) -> SimParams:
@@ -94,14 +120,22 @@ def validate(params: SimParams) -> SimParams:
     if p.width - p.class_channels < len(DOMAINS):
         raise ValueError(f"width - class_channels must be >= {len(DOMAINS)} modality channels, "
                          f"got {p.width} - {p.class_channels}")
+    if p.class_channels > p.embed_dim:
+        raise ValueError(f"class_channels must be <= embed_dim (the text projection is an isometry on them), "
+                         f"got {p.class_channels} > {p.embed_dim}")
     if p.couple_anomalies and p.class_channels < len(DOMAINS) + 1:
         raise ValueError(f"class_channels must be >= {len(DOMAINS) + 1} with couple_anomalies, "
                          f"got {p.class_channels}")
     for name, lo, hi in (("patch_cos", 0.0, 1.0), ("shared", 0.0, 1.0), ("offdiag_scale", 0.0, 1.0),
-                         ("text_cos", -1.0, 1.0)):
+                         ("text_cos", -1.0, 1.0)):  # text_cos = 1 is refused below (no text direction)
         v = getattr(p, name)
         if not (isinstance(v, (int, float)) and lo <= v <= hi):
             raise ValueError(f"simulator parameter {name} must be in [{lo}, {hi}], got {v!r}")
+    if p.text_cos == 1:
+        raise ValueError("simulator parameter text_cos must be < 1 (t_anomaly = t_normal has no direction)")
+    k = p.align_concentration
+    if not (isinstance(k, (int, float)) and not np.isnan(k) and k > 0):
+        raise ValueError(f"simulator parameter align_concentration must be > 0 (inf allowed), got {k!r}")
     if not (isinstance(p.anomaly_shift, (int, float)) and p.anomaly_shift >= 0):
         raise ValueError(f"simulator parameter anomaly_shift must be >= 0, got {p.anomaly_shift!r}")
     r = tuple(p.lesion_radius)
@@ -136,25 +170,67 @@ def _orth_unit(rng, base):
     return _unit(z)
 
 
-def _directions(p: SimParams, gram: np.ndarray, rng) -> tuple:
-    """Modality means ``(6, W)`` and anomaly directions ``(6, W)``."""
+def alignment_prior(p: SimParams) -> tuple:
+    """``(alpha, beta)`` of the text-alignment prior ``a_k ~ Beta(alpha, beta)``, or ``None`` for the
+    point mass at ``shared`` (``shared`` in {0, 1} or ``align_concentration = inf``)."""
+    m, k = float(p.shared), float(p.align_concentration)
+    if m in (0.0, 1.0) or np.isinf(k):
+        return None
+    return k * m, k * (1.0 - m)
+
+
+def expected_text_cos(p: SimParams) -> float:
+    """Closed form of ``E cos(v_k, u) = E sqrt(a_k)``: ``B(alpha + 1/2, beta) / B(alpha, beta)`` for
+    ``a_k ~ Beta(alpha, beta)``, ``sqrt(shared)`` for the point mass."""
+    ab = alignment_prior(p)
+    if ab is None:
+        return float(np.sqrt(p.shared))
+    return float(np.exp(special.betaln(ab[0] + 0.5, ab[1]) - special.betaln(*ab)))
+
+
+def _text(p: SimParams, rng) -> tuple:
+    """Text embeddings ``(2, E)``, frozen projection ``proj (E, W)`` and the token-space text direction
+    ``u (C,)`` (unit, class channels) -- step 4 of the module docstring."""
+    t_n = _unit(rng.standard_normal(p.embed_dim))
+    t_a = p.text_cos * t_n + np.sqrt(1 - p.text_cos ** 2) * _orth_unit(rng, t_n)
+    q, _ = np.linalg.qr(rng.standard_normal((p.embed_dim, p.class_channels)))  # Haar E x C isometry
+    proj = np.zeros((p.embed_dim, p.width))
+    proj[:, :p.class_channels] = q
+    return np.stack([t_n, t_a]), proj, _unit(q.T @ _unit(t_a - t_n))
+
+
+def _alignments(p: SimParams, rng) -> np.ndarray:
+    """``(6,)`` text alignments ``a_k`` drawn from the prior (:func:`alignment_prior`)."""
+    ab = alignment_prior(p)
+    return np.full(len(DOMAINS), float(p.shared)) if ab is None else rng.beta(*ab, size=len(DOMAINS))
+
+
+def _directions(p: SimParams, gram: np.ndarray, u: np.ndarray, align: np.ndarray, rng) -> tuple:
+    """Modality means ``(6, W)`` and unit anomaly directions ``(6, W)``: ``v_k = sqrt(a_k) u +
+    sqrt(1 - a_k) w_k`` with ``w_k`` unit, orthogonal to the text direction ``u`` (class channels)."""
     k, c = len(DOMAINS), p.class_channels
     basis, _ = np.linalg.qr(rng.standard_normal((p.width - c, p.width - c)))
     means = np.zeros((k, p.width))
     means[:, c:] = np.linalg.cholesky(gram + 1e-12 * np.eye(k)) @ basis[:, :k].T
-    cb, _ = np.linalg.qr(rng.standard_normal((c, c)))
-    shared = np.zeros(p.width)
-    shared[:c] = cb[:, 0]
+    # orthonormal basis of the class channels whose first vector is u (QR of [u, Gaussian columns])
+    cb, _ = np.linalg.qr(np.column_stack([u, rng.standard_normal((c, c - 1))]))
+    cb[:, 0] = u
     if p.couple_anomalies:
         d = np.sqrt(np.diag(gram))
         corr = gram / np.outer(d, d)
         spec = np.linalg.cholesky(corr + 1e-12 * np.eye(k)) @ cb[:, 1:k + 1].T
     else:
-        spec = _orth_unit(rng, np.broadcast_to(cb[:, 0], (k, c)))
-    specific = np.zeros((k, p.width))
-    specific[:, :c] = spec
-    anomaly = _unit(np.sqrt(p.shared) * shared + np.sqrt(1 - p.shared) * specific)
+        spec = _orth_unit(rng, np.broadcast_to(u, (k, c)))
+    anomaly = np.zeros((k, p.width))
+    anomaly[:, :c] = np.sqrt(align)[:, None] * u + np.sqrt(1 - align)[:, None] * spec
     return means, anomaly
+
+
+def zero_shot_scores(tokens, u: np.ndarray) -> np.ndarray:
+    """``(n,)`` zero-shot image score before any training: layer mean of the max over patches of
+    ``<x, u>`` (proportional to ``<proj x, d>``, the frozen text-space score; the analogue of the
+    head's ``logit_max``). ``tokens: (n, L, N, W)``, ``u: (W,)``."""
+    return (np.asarray(tokens, dtype=float) @ u).max(axis=2).mean(axis=1)
 
 
 def _blobs(p: SimParams, n: int, rng) -> np.ndarray:
@@ -192,15 +268,23 @@ def simulate(params: SimParams = SimParams(), seed: int = 0) -> SimData:
     base = table4(DOMAINS)
     gram, info = check_gram(p.offdiag_scale * base + (1 - p.offdiag_scale) * np.diag(np.diag(base)))
     rng = np.random.default_rng([seed, 20260])
-    means, anomaly = _directions(p, gram, rng)
+    text, proj, u_c = _text(p, rng)
+    align = _alignments(p, rng)
+    means, anomaly = _directions(p, gram, u_c, align, rng)
     train, test = {}, {}
     for k, d in enumerate(DOMAINS):
         train[d] = _split(p, means[k], anomaly[k], p.n_train, d in MASKED, rng)
         test[d] = _split(p, means[k], anomaly[k], p.n_test, d in MASKED, rng)
-    t_n = _unit(rng.standard_normal(p.embed_dim))
-    t_a = p.text_cos * t_n + np.sqrt(1 - p.text_cos ** 2) * _orth_unit(rng, t_n)
-    text = torch.from_numpy(np.stack([t_n, t_a]).astype(np.float32))
-    return SimData(train, test, text, gram, info)
+    u = np.zeros(p.width)
+    u[:p.class_channels] = u_c
+    ab = alignment_prior(p)
+    info["prior"] = {"shared_mean": float(p.shared), "concentration": float(p.align_concentration),
+                     "beta": None if ab is None else [float(ab[0]), float(ab[1])],
+                     "expected_text_cos": expected_text_cos(p)}
+    info["zero_shot"] = {d: {"alignment": float(align[k]), "text_cos": float(anomaly[k] @ u),
+                             "image_auc": auc_percent(test[d].labels.numpy(), zero_shot_scores(test[d].tokens, u))}
+                         for k, d in enumerate(DOMAINS)}
+    return SimData(train, test, torch.from_numpy(text.astype(np.float32)), gram, info, proj, anomaly)
 
 
 def image_features(tokens) -> np.ndarray:
