@@ -1,8 +1,9 @@
 """The feature-level simulator: Table 4 as a Gram matrix, reproduced similarities, masks, validation,
-and the head running on simulated tokens."""
+the text prior, and the head running on simulated tokens."""
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 
 from adsim import reference as R
 from adsim import sim as S
@@ -72,7 +73,71 @@ def test_lesion_patches_move_along_the_anomaly_direction():
     assert energy[lesion].mean() > 2 * energy[~lesion].mean()
 
 
+def _text_direction(data):
+    """The token-space text direction, rebuilt from the returned text embeddings and projection."""
+    d = (data.text[1] - data.text[0]).double().numpy()
+    u = data.proj.T @ (d / np.linalg.norm(d))
+    return u / np.linalg.norm(u)
+
+
+@pytest.mark.parametrize("shared, kappa", [(0.5, 2.0), (0.3, 5.0)])
+def test_text_prior_alignment_statistics(shared, kappa):
+    # cos(v_k, u) = sqrt(a_k) with a_k ~ Beta(kappa m, kappa (1 - m)) i.i.d. over modalities and seeds.
+    # Expected values: E sqrt(a) from scipy.stats.beta.expect (numerical quadrature, independent of the
+    # closed form B(a + 1/2, b) / B(a, b) in expected_text_cos) and E a = m (the Beta mean). Tolerance:
+    # 4 Monte-Carlo standard errors computed from the draws. The a_k pass a KS test against the Beta.
+    p = S.SimParams(n_train=1, n_test=1, grid=2, n_layers=1, shared=shared, align_concentration=kappa)
+    alpha, beta = kappa * shared, kappa * (1 - shared)
+    assert S.alignment_prior(p) == pytest.approx((alpha, beta))
+    quad = stats.beta(alpha, beta).expect(np.sqrt)
+    assert S.expected_text_cos(p) == pytest.approx(quad, rel=1e-8)
+    cos, recorded = [], []
+    for seed in range(100):  # 600 draws of a_k
+        data = S.simulate(p, seed)
+        cos.append(data.anomaly @ np.pad(_text_direction(data)[:p.class_channels], (0, p.width - p.class_channels)))
+        recorded.append([data.info["zero_shot"][d]["alignment"] for d in DOMAINS])
+    cos, recorded = np.concatenate(cos), np.concatenate(recorded)
+    # the geometry realises the drawn a_k (up to the float32 rounding of the stored text embeddings)
+    np.testing.assert_allclose(cos ** 2, recorded, atol=1e-6)
+    se = cos.std(ddof=1) / np.sqrt(len(cos))
+    assert abs(cos.mean() - quad) < 4 * se
+    se2 = (cos ** 2).std(ddof=1) / np.sqrt(len(cos))
+    assert abs((cos ** 2).mean() - shared) < 4 * se2
+    assert stats.kstest(recorded, stats.beta(alpha, beta).cdf).pvalue > 1e-3
+
+
+def test_text_prior_point_mass_and_zero_shot_auc():
+    # kappa = inf (or shared in {0, 1}): every modality has a_k = shared exactly (the fixed-fraction
+    # simulator). shared = 0: lesions move orthogonally to the text direction, so the zero-shot AUC is
+    # chance: |AUC - 50| < 4 Hanley-McNeil standard errors at AUC 0.5, 100 sqrt((2n + 1) / (12 n^2)).
+    # shared = 1: the lesion shift lies along the text direction and zero-shot AUC is far above chance.
+    n = 400
+    se = 100 * np.sqrt((2 * n + 1) / (12 * n * n))
+    for shared, kappa in ((0.5, float("inf")), (0.0, 2.0), (1.0, 2.0)):
+        p = S.SimParams(n_train=1, n_test=n, grid=4, n_layers=2, shared=shared, align_concentration=kappa)
+        data = S.simulate(p, 1)
+        u = _text_direction(data)
+        np.testing.assert_allclose(data.anomaly @ u, np.sqrt(shared), atol=1e-6)  # float32 text
+        assert S.alignment_prior(p) is None and S.expected_text_cos(p) == pytest.approx(np.sqrt(shared))
+        auc = np.array([data.info["zero_shot"][d]["image_auc"] for d in DOMAINS])
+        if shared == 0.0:
+            assert np.all(np.abs(auc - 50) < 4 * se)
+        if shared == 1.0:
+            assert np.all(auc > 50 + 10 * se)
+    # the zero-shot score is the frozen text-space score <proj x, d> up to the positive factor |Q^T d|
+    tok = data.test["Brain"].tokens.double().numpy()
+    d = (data.text[1] - data.text[0]).double().numpy()
+    frozen = ((tok @ data.proj.T) @ (d / np.linalg.norm(d))).max(axis=2).mean(axis=1)
+    ratio = frozen / S.zero_shot_scores(tok, u)
+    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)  # same u: float64 throughout
+    assert ratio[0] > 0
+
+
 @pytest.mark.parametrize("kw, msg", [({"shared": 1.5}, "shared"), ({"n_train": 0}, "n_train"),
+                                     ({"align_concentration": 0.0}, "align_concentration"),
+                                     ({"align_concentration": float("nan")}, "align_concentration"),
+                                     ({"text_cos": 1.0}, "text_cos"),
+                                     ({"embed_dim": 7}, "embed_dim"),
                                      ({"class_channels": 4}, "class_channels"),
                                      ({"lesion_radius": (2, 1)}, "lesion_radius"),
                                      ({"width": 10, "class_channels": 8}, "modality channels")])
