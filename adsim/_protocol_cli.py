@@ -95,7 +95,7 @@ def main(args) -> str:
         from pathlib import Path
 
         from ._io import _atomic, read_json
-        from .figures import make_figures, recipes_summary
+        from .figures import make_figures, recipes_summary, sweep_figures
         if len(args.src) == 1:
             written = make_figures(args.src[0], args.out, sweep_dir=args.sweep)
             return f"wrote {len(written)} files to {args.out}: {', '.join(p.name for p in written)}"
@@ -109,6 +109,8 @@ def main(args) -> str:
         written = [p for name, src in runs.items() for p in make_figures(src, Path(args.out, name))]
         written.append(_atomic(Path(args.out, "recipes_summary.md"),
                                lambda fh: fh.write(recipes_summary(runs).encode())))
+        if args.sweep is not None:  # the sweep is one run of its own: its figure and table go to --out
+            written += sweep_figures(args.sweep, args.out)
         return f"wrote {len(written)} files under {args.out} ({', '.join(runs)}; recipes_summary.md)"
     seeds = args.seeds if args.seeds is not None else (QUICK["seeds"] if args.quick else 3)
     if args.command == "sweep":

@@ -5,7 +5,8 @@
 * ``ad_ablation.png`` -- the same for the matching metrics (l2, cosine, geodesic, geodesic + VACA).
 * ``ad_modality_gap.png`` -- Table-4-style similarities: paper (real BMAD) beside this run (measured).
 * ``ad_variance.png`` -- per-channel class vs modality variance of the final VACA head, before/after VACA.
-* ``ad_sensitivity.png`` -- with ``--sweep``: DA and final AUC against each swept simulator parameter.
+* ``ad_sensitivity.png``, ``sensitivity.md`` -- with ``--sweep``: mean DA per method and the paired DA
+  difference (matching + VACA minus naive) against each swept simulator parameter, 95% t-intervals.
 * ``ad_table.md`` -- final AUC and DA per target x task x method (mean +- sd over seeds), the paper's
   numbers in separate columns, and the paper's claims next to what this run shows.
 
@@ -130,23 +131,76 @@ def fig_variance(var, target: str = "Retina_OCT2017"):
     return fig
 
 
+def _sweep_values(sw, p) -> list:
+    return sorted(dict.fromkeys(sw.loc[sw["param"] == p, "value"].astype(float)))
+
+
+def sensitivity_rows(sw) -> list:
+    """Per swept (param, value): mean DA of each method and the paired difference matching + VACA minus
+    naive pooling over (target, task, seed), each with its 95% t-interval (``poolsim._verdict``)."""
+    rows = []
+    for p in dict.fromkeys(sw["param"]):
+        for v in _sweep_values(sw, p):
+            g = sw[(sw["param"] == p) & (sw["value"].astype(float) == v)]
+            row = {"param": p, "value": v, "default": g["default"].iloc[0]}
+            for m in (m for m in FINAL if m in set(g["method"])):
+                row[m] = V.decide(g[g["method"] == m]["da"], threshold=4.0)
+            if set(FINAL) <= set(g["method"]):
+                row["diff"] = V.decide(*_paired(g, *FINAL[::-1]))
+            rows.append(row)
+    return rows
+
+
+def _ci(v) -> tuple:
+    """``(estimate, lower error, upper error)`` for an errorbar (zero bars without an interval)."""
+    if np.isnan(v.ci_low):
+        return v.estimate, 0.0, 0.0
+    return v.estimate, v.estimate - v.ci_low, v.ci_high - v.estimate
+
+
 def fig_sensitivity(sw):
-    params = list(dict.fromkeys(sw["param"]))
-    fig, axes = plt.subplots(2, len(params), figsize=(4.3 * len(params), 6.4), squeeze=False)
+    """Top: mean DA per method; bottom: paired DA difference matching + VACA minus naive; 95% t-intervals.
+    Values are categorical on the x axis (``inf`` is a value of ``align_concentration``)."""
+    rows = sensitivity_rows(sw)
+    params = list(dict.fromkeys(r["param"] for r in rows))
+    fig, axes = plt.subplots(2, len(params), figsize=(4.0 * len(params), 6.4), squeeze=False)
     for j, p in enumerate(params):
-        g = sw[sw["param"] == p]
-        for m in dict.fromkeys(g["method"]):
-            h = g[g["method"] == m].groupby("value")[["da", "final_auc"]].mean()
-            for i, col in enumerate(("da", "final_auc")):
-                axes[i, j].plot(h.index, h[col], STYLES[m], color=COLORS[m], marker="o", label=m)
-        for i, col in enumerate(("mean DA (Eq. 15)", "mean final AUC (%)")):
-            axes[i, j].set_ylabel(col)
-            axes[i, j].set_xlabel(f"{p} (default {g['default'].iloc[0]})")
+        rs = [r for r in rows if r["param"] == p]
+        x = np.arange(len(rs))
+        for k, m in enumerate(m for m in FINAL if m in rs[0]):
+            e = np.array([_ci(r[m]) for r in rs])
+            axes[0, j].errorbar(x + (k - 0.5) * 0.12, e[:, 0], yerr=e[:, 1:].T, fmt="o" + STYLES[m],
+                                color=COLORS[m], capsize=3, label=m)
+        if "diff" in rs[0]:
+            e = np.array([_ci(r["diff"]) for r in rs])
+            axes[1, j].errorbar(x, e[:, 0], yerr=e[:, 1:].T, fmt="o", color="k", capsize=3)
+            axes[1, j].axhline(0, color="0.6", lw=0.8)
+        for i, lab in enumerate(("mean DA (Eq. 15)", "DA: matching + VACA - naive")):
+            axes[i, j].set_ylabel(lab)
+            axes[i, j].set_xticks(x, [f"{r['value']:g}" for r in rs])
+            axes[i, j].set_xlabel(f"{p} (default {rs[0]['default']})")
+        axes[0, j].axhline(4, color="0.6", lw=0.8, ls=":")
         axes[0, j].legend(fontsize=7)
-    fig.suptitle(f"Sensitivity of the SIMULATED protocol (this run, simulated; hardest order; mean over 6 "
-                 f"targets, all tasks, {sw['seed'].nunique()} seed(s))", fontsize=9)
+    fig.suptitle(f"Sensitivity of the SIMULATED protocol (this run, simulated; hardest order; 6 targets, all "
+                 f"tasks, {sw['seed'].nunique()} seed(s); bars: 95% t-intervals over (target, task, seed), "
+                 f"none below {V.MIN_SEEDS} pairs)", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def sensitivity_md(sw) -> str:
+    """``sensitivity.md``: the rows of :func:`sensitivity_rows` as a table (this run, simulated)."""
+    lines = ["# Sensitivity of the simulated protocol (this run, SIMULATED)", "",
+             f"`python -m adsim sweep`: one simulator parameter changed at a time (adsim.sim.SWEEP), hardest "
+             f"order, {sw['seed'].nunique()} seed(s), every target and task; the other parameters at their "
+             "defaults. Each cell: mean, 95% Student-t interval over (target, task, seed), pairs, verdict "
+             "(poolsim._verdict). DA columns test DA >= 4; the last column tests matching + VACA > naive.", "",
+             "| parameter | value | naive DA | matching + VACA DA | matching + VACA - naive |", "|---|---|---|---|---|"]
+    for r in sensitivity_rows(sw):
+        cells = [V.describe(r[k]) if k in r else "-" for k in (*FINAL, "diff")]
+        mark = " (default)" if float(r["default"]) == r["value"] else ""
+        lines.append(f"| {r['param']} | {r['value']:g}{mark} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _pm(s) -> str:
@@ -298,6 +352,29 @@ def recipes_summary(runs: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _save(fig, path: Path) -> Path:
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def _read_sweep(sweep_dir) -> pd.DataFrame:
+    if not (Path(sweep_dir) / "sweep.csv").is_file():
+        raise ValueError(f"{sweep_dir} has no sweep.csv (run `python -m adsim sweep` first)")
+    return pd.read_csv(Path(sweep_dir) / "sweep.csv")
+
+
+def sweep_figures(sw, out) -> list:
+    """``ad_sensitivity.png`` and ``sensitivity.md`` in ``out`` from a sweep table (or its folder)."""
+    sw = sw if isinstance(sw, pd.DataFrame) else _read_sweep(sw)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return [_save(fig_sensitivity(sw), out / "ad_sensitivity.png"),
+            _atomic(out / "sensitivity.md", lambda fh: fh.write(sensitivity_md(sw).encode()))]
+
+
 def make_figures(src, out, *, sweep_dir=None) -> list:
     src, out = Path(src), Path(out)
     if not (src / "protocol.csv").is_file():
@@ -318,19 +395,10 @@ def make_figures(src, out, *, sweep_dir=None) -> list:
         figs["ad_modality_gap"] = lambda: fig_modality_gap(pd.read_csv(src / "similarity.csv"), kind)
     if (src / "variance.csv").is_file():
         figs["ad_variance"] = lambda: fig_variance(pd.read_csv(src / "variance.csv"))
-    if sweep_dir is not None:
-        if not (Path(sweep_dir) / "sweep.csv").is_file():
-            raise ValueError(f"{sweep_dir} has no sweep.csv (run `python -m adsim sweep` first)")
-        figs["ad_sensitivity"] = lambda: fig_sensitivity(pd.read_csv(Path(sweep_dir) / "sweep.csv"))
-    written = []
-    for name, make in figs.items():
-        fig = make()
-        path = out / f"{name}.png"
-        tmp = out / f".{name}.tmp.png"
-        fig.savefig(tmp, dpi=110)
-        plt.close(fig)
-        tmp.replace(path)
-        written.append(path)
+    sw = _read_sweep(sweep_dir) if sweep_dir is not None else None
+    written = [_save(make(), out / f"{name}.png") for name, make in figs.items()]
+    if sw is not None:
+        written += sweep_figures(sw, out)
     shared, gains, var = _extras(src)
     recipe = read_json(src / "protocol.json").get("recipe") if (src / "protocol.json").is_file() else None
     md = _atomic(out / "ad_table.md",

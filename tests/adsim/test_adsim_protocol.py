@@ -10,6 +10,7 @@ import pytest
 from adsim import protocol as P
 from adsim import sim as S
 from adsim import sources
+from adsim.data import DOMAINS
 from adsim.__main__ import main
 from adsim.sweep import sweep
 from poolsim import da_score
@@ -169,3 +170,39 @@ def test_sweep_one_parameter(tmp_path):
     assert set(table["value"]) == {0.0, 0.5} and len(table) == 2 * 9  # 6 targets, 3 with AS
     assert (tmp_path / "sw" / "default" / "protocol.csv").exists()  # shared=0.5 is the default
     assert (tmp_path / "sw" / "shared=0.0" / "protocol.csv").exists()
+
+
+def test_sensitivity_table_and_figure_with_intervals(tmp_path):
+    # A synthetic sweep table (36 (target, task, seed) pairs per value, inf among the values): the paired
+    # difference and its interval must equal the mean and scipy's Student-t interval of the differences
+    # computed here independently; a value with 9 pairs gets no interval (< 30 pairs).
+    from scipy import stats
+
+    from adsim.figures import sensitivity_rows, sweep_figures
+    rng = np.random.default_rng(0)
+    rows = []
+    for param, values, n_seeds in (("align_concentration", (2.0, float("inf")), 4), ("shared", (0.0,), 1)):
+        for value in values:
+            for seed in range(n_seeds):
+                for cell in range(9):
+                    da = rng.normal(4.0, 1.0)
+                    for m, shift in (("naive", 0.0), ("match-geodesic-vaca", rng.normal(0.3, 0.5))):
+                        rows.append({"param": param, "value": value, "default": 2.0 if param != "shared" else 0.5,
+                                     "method": m, "target": DOMAINS[cell % 6], "task": "AC" if cell < 6 else "AS",
+                                     "order": "hardest", "mode": "cumulative", "seed": seed, "da": da + shift})
+    sw = pd.DataFrame(rows)
+    got = {(r["param"], r["value"]): r for r in sensitivity_rows(sw)}
+    assert set(got) == {("align_concentration", 2.0), ("align_concentration", float("inf")), ("shared", 0.0)}
+    for key in (("align_concentration", 2.0), ("align_concentration", float("inf"))):
+        g = sw[(sw["param"] == key[0]) & (sw["value"] == key[1])]
+        d = (g[g["method"] == "match-geodesic-vaca"]["da"].to_numpy() - g[g["method"] == "naive"]["da"].to_numpy())
+        lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+        v = got[key]["diff"]
+        assert v.n_seeds == 36 and v.estimate == pytest.approx(d.mean())
+        assert (v.ci_low, v.ci_high) == pytest.approx((lo, hi))
+    assert got[("shared", 0.0)]["diff"].n_seeds == 9 and np.isnan(got[("shared", 0.0)]["diff"].ci_low)
+    png, md = sweep_figures(sw, tmp_path)
+    assert png.name == "ad_sensitivity.png" and png.stat().st_size > 0
+    text = md.read_text()
+    assert "| align_concentration | inf |" in text and "| align_concentration | 2 (default) |" in text
+    assert "SIMULATED" in text and text.count("95% t-interval") == 2 * 3  # 2 values x 3 columns with 36 pairs
