@@ -1,10 +1,12 @@
 """``python -m adsim sweep``: sensitivity of the simulated protocol to the simulator parameters that
-matter most (``adsim.sim.SWEEP``: the shared fraction of the anomaly direction, the anomaly shift, the
-scale of the off-diagonal of Table 4), varied one at a time around the defaults.
+matter most (``adsim.sim.SWEEP``: the mean text alignment ``shared`` and the concentration of its prior,
+``align_concentration`` (``inf``: every modality at the mean, the fixed-fraction simulator), the anomaly
+shift, the scale of the off-diagonal of Table 4), varied one at a time around the defaults.
 
 Each configuration is a resumable protocol run in ``OUT/<param>=<value>/`` (the default configuration
 once, in ``OUT/default/``, reused for every parameter); ``OUT/sweep.csv`` collects final AUC (after the
-last domain) and DA per (param, value, method, target, task, seed). SIMULATED data only.
+last domain) and DA per (param, value, method, target, task, seed). SIMULATED data only. ``python -m adsim
+figures --sweep OUT`` turns it into ``ad_sensitivity.png`` and ``sensitivity.md`` (95% t-intervals).
 """
 from __future__ import annotations
 
