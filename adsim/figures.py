@@ -352,6 +352,53 @@ def recipes_summary(runs: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def zero_shot_table(src) -> pd.DataFrame | None:
+    """For a SIMULATED protocol folder: the text prior's draws per (seed, target) -- alignment ``a_k``,
+    ``cos(v_k, u)`` and the zero-shot image AUC of the frozen text direction before any training
+    (``adsim.sim``, ``info["zero_shot"]``), regenerated from ``protocol.json``'s simulator parameters
+    and the run's seeds. ``None`` for real-data runs or runs without a record."""
+    from . import sim as S
+    src = Path(src)
+    if not (src / "protocol.json").is_file():
+        return None
+    sim = read_json(src / "protocol.json").get("settings", {}).get("sim")
+    if not sim:
+        return None
+    params = S.SimParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in sim.items()})
+    seeds = sorted(pd.read_csv(src / "protocol.csv")["seed"].unique())
+    return pd.DataFrame([{"seed": int(s), "target": d, **z}
+                         for s in seeds for d, z in S.simulate(params, int(s)).info["zero_shot"].items()])
+
+
+def _t_interval(x) -> str:
+    """``mean (95% t-interval [lo, hi], n draws)``: descriptive (no claim decided on it)."""
+    from scipy import stats
+    x = np.asarray(x, dtype=float)
+    if len(x) < 2:
+        return f"{x.mean():.3g} (1 draw, no interval)"
+    lo, hi = stats.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=stats.sem(x))
+    return f"{x.mean():.3g} (95% t-interval [{lo:.3g}, {hi:.3g}], {len(x)} draws)"
+
+
+def zero_shot_md(zs: pd.DataFrame, proto: pd.DataFrame) -> list:
+    """Lines of ``ad_table.md`` on the text prior: zero-shot AUC and drawn alignments, and how far the
+    trained methods' final image AUC is from the zero-shot AUC (paired over (target, seed))."""
+    lines = ["", "## Zero-shot transfer drawn from the text prior (this run, SIMULATED)", "",
+             "Per (seed, target) the simulator draws the text alignment a_k ~ Beta (adsim.sim, step 4); the "
+             "zero-shot image AUC scores each test image by the frozen text direction before any training "
+             "(layer mean of the max patch score). Intervals are descriptive (Student t over the draws).", "",
+             f"- alignment a_k: {_t_interval(zs['alignment'])}; cos(v_k, text direction): "
+             f"{_t_interval(zs['text_cos'])}; zero-shot image AUC: {_t_interval(zs['image_auc'])}, "
+             f"range {zs['image_auc'].min():.1f}-{zs['image_auc'].max():.1f}."]
+    last = proto[(proto["step"] == proto["step"].max()) & (proto["task"] == "AC") & (proto["order"] == "hardest")]
+    for m in [m for m in FINAL if m in set(last["method"])]:
+        pair = last[last["method"] == m].merge(zs, on=["seed", "target"])
+        if len(pair):
+            lines.append(f"- {m}: final image AUC minus zero-shot AUC, paired over (target, seed): "
+                         f"{_t_interval(pair['auc'] - pair['image_auc'])}.")
+    return lines
+
+
 def _save(fig, path: Path) -> Path:
     tmp = path.with_name(f".{path.stem}.tmp.png")
     fig.savefig(tmp, dpi=110)
@@ -401,6 +448,10 @@ def make_figures(src, out, *, sweep_dir=None) -> list:
         written += sweep_figures(sw, out)
     shared, gains, var = _extras(src)
     recipe = read_json(src / "protocol.json").get("recipe") if (src / "protocol.json").is_file() else None
-    md = _atomic(out / "ad_table.md",
-                 lambda fh: fh.write(table_md(proto, da, shared, gains, var, recipe).encode()))
+    text = table_md(proto, da, shared, gains, var, recipe)
+    zs = zero_shot_table(src) if kind == "simulated" else None
+    if zs is not None:
+        written.append(_atomic(out / "zero_shot.csv", lambda fh: fh.write(zs.to_csv(index=False).encode())))
+        text += "\n".join(zero_shot_md(zs, proto)) + "\n"
+    md = _atomic(out / "ad_table.md", lambda fh: fh.write(text.encode()))
     return written + [md]

@@ -1,4 +1,5 @@
 """Domain-addition protocol: CSVs, DA = Eq. 15, resume, orders, bad input, real-data path, figures, sweep."""
+import json
 import os
 import re
 import shutil
@@ -142,6 +143,11 @@ def test_real_path_on_toy_bmad(toy_root, tmp_path, capsys):
     assert "missing folder" in capsys.readouterr().err and not (tmp_path / "o2").exists()
 
 
+def _params_of(out):
+    sim = json.loads((out / "protocol.json").read_text())["settings"]["sim"]
+    return S.SimParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in sim.items()})
+
+
 def test_figures_and_table(quick_run, tmp_path):
     out, _ = quick_run
     figs = tmp_path / "figs"
@@ -154,6 +160,13 @@ def test_figures_and_table(quick_run, tmp_path):
     assert (figs / "ad_table.md").stat().st_mode & 0o777 == 0o666 & ~mask  # not mkstemp's 0600
     assert "this run, simulated" in md and "paper, real BMAD" in md
     assert "| Brain | AS | match-geodesic-vaca |" in md and "| 90.29 | 4.048 |" in md  # Table 1 / caption
+    # the text prior's draws are regenerated from protocol.json: the same as simulate() for each seed
+    zs = pd.read_csv(figs / "zero_shot.csv")
+    for seed, g in zs.groupby("seed"):
+        info = S.simulate(_params_of(out), int(seed)).info["zero_shot"]
+        np.testing.assert_allclose(g.set_index("target").loc[list(info), "image_auc"],
+                                   [info[d]["image_auc"] for d in info])
+    assert "Zero-shot transfer drawn from the text prior" in md and "final image AUC minus zero-shot AUC" in md
     # every claim line's verdict comes from poolsim's one rule (three outcomes, n and interval shown)
     claims = [ln for ln in md.splitlines() if ln.startswith("- Paper") and "**" in ln]
     assert len(claims) >= 2
