@@ -5,7 +5,8 @@ shift, the scale of the off-diagonal of Table 4), varied one at a time around th
 
 Each configuration is a resumable protocol run in ``OUT/<param>=<value>/`` (the default configuration
 once, in ``OUT/default/``, reused for every parameter); ``OUT/sweep.csv`` collects final AUC (after the
-last domain) and DA per (param, value, method, target, task, seed). SIMULATED data only. ``python -m adsim
+last domain) and DA per (param, value, method, target, task, seed), rewritten after every configuration.
+SIMULATED data only. ``python -m adsim
 figures --sweep OUT`` turns it into ``ad_sensitivity.png`` and ``sensitivity.md`` (95% t-intervals).
 """
 from __future__ import annotations
@@ -38,6 +39,6 @@ def sweep(out, base: S.SimParams, settings: P.Settings, *, methods=("naive", "ma
             final = proto[proto["step"] == proto["step"].max()].drop(columns=["step", "added", "data"])
             merged = da.merge(final, on=["target", "task", "method", "order", "mode", "seed"])
             rows.append(merged.assign(param=name, value=value, default=getattr(base, name)))
-    table = pd.concat(rows, ignore_index=True).rename(columns={"auc": "final_auc"})
-    P._write_csv(out / "sweep.csv", table)
+            table = pd.concat(rows, ignore_index=True).rename(columns={"auc": "final_auc"})
+            P._write_csv(out / "sweep.csv", table)  # after every configuration: a stopped sweep keeps its rows
     return table
