@@ -44,7 +44,8 @@ def add_parsers(sub) -> None:
     fg.add_argument("--from", dest="src", required=True, nargs="+",
                     help="a protocol --out folder; several (one per recipe): OUT/<recipe>/ each and "
                          "OUT/recipes_summary.md")
-    fg.add_argument("--sweep", default=None, help="a sweep --out folder (adds ad_sensitivity)")
+    fg.add_argument("--sweep", default=None,
+                    help="a sweep --out folder (adds ad_sensitivity.png and sensitivity.md)")
     fg.add_argument("--out", required=True)
 
 
