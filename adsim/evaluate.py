@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from . import data as D
 from . import distributed as DD
 from ._io import autocast_dtype, load_torch, read_json, resolve_device, write_json
+from ._method import TRAINERS, Method, Output, trained
 from .backbone import build_backbone, fingerprint
 from .head import DEFAULT_SCORE, anomaly_maps, check_score, features, image_scores, text_embeddings
 
@@ -37,7 +38,8 @@ def score(backbone, head, samples, *, clip_norm: bool, device, precision: str = 
     part = DD.shard(samples)  # [distributed] all samples with one process
     loader = torch.utils.data.DataLoader(D.ImageDataset(part, spec.image_size, clip_norm=clip_norm),
                                          batch_size=batch_size, shuffle=False)
-    out = score_batches(head, loader, lambda x: features(backbone, head, x), grid=spec.grid,
+    forward = head if isinstance(head, Method) else lambda x: features(backbone, head, x)
+    out = score_batches(head, loader, forward, grid=spec.grid,
                         size=spec.image_size, device=device, amp=autocast_dtype(precision, device),
                         maps=maps, progress=progress and DD.is_main(), desc=desc, scoring=scoring) if part else None
     return DD.gather_arrays(out, len(samples))
@@ -47,7 +49,8 @@ def score(backbone, head, samples, *, clip_norm: bool, device, precision: str = 
 def score_batches(head, batches, forward, *, grid: int, size: int, device, amp=None, maps: bool = False,
                   progress: bool = False, desc: str = "scoring", scoring: str = DEFAULT_SCORE) -> dict:
     """Score an iterable of batch dicts (``image``, ``label``, ``mask``) with ``forward(x) -> Features``
-    (image path or token path); the head is put in evaluation mode. ``scoring``: one of
+    (image path or token path) or ``-> Output`` (a :class:`adsim._method.Method`, whose own scores and
+    maps are taken as they are); the head is put in evaluation mode. ``scoring``: one of
     ``adsim.head.SCORES``. Output as :func:`score`."""
     check_score(scoring)
     head.eval()
@@ -56,10 +59,11 @@ def score_batches(head, batches, forward, *, grid: int, size: int, device, amp=N
         x = batch["image"].to(device)
         with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
             feats = forward(x)
-        scores.append(image_scores(feats, scoring).cpu().numpy())
+        method = isinstance(feats, Output)
+        scores.append((feats.scores if method else image_scores(feats, scoring)).float().cpu().numpy())
         labels.append(batch["label"].numpy())
         if maps:
-            all_maps.append(anomaly_maps(feats, grid, size, scoring).cpu().numpy())
+            all_maps.append((feats.maps if method else anomaly_maps(feats, grid, size, scoring)).float().cpu().numpy())
             masks.append(batch["mask"].numpy().astype(bool))
     return {"scores": np.concatenate(scores), "labels": np.concatenate(labels),
             "maps": np.concatenate(all_maps) if maps else None, "masks": np.concatenate(masks) if maps else None}
@@ -107,7 +111,8 @@ def run_score(cfg, override: str | None = None) -> str:
 
 
 def load_run(run, *, checkpoint: str = "auto", device: str = "auto"):
-    """Rebuild ``(cfg, backbone, head, checkpoint_info, device)`` of a run folder."""
+    """Rebuild ``(cfg, backbone, head, checkpoint_info, device)`` of a run folder (``head``: the
+    method's :class:`adsim._method.Method` for a method with its own trainer, e.g. ``anomalyclip``)."""
     from .train import TrainConfig, make_head
 
     run = Path(run)
@@ -129,9 +134,12 @@ def load_run(run, *, checkpoint: str = "auto", device: str = "auto"):
     if not math.isclose(fp, record["backbone_fingerprint"], rel_tol=1e-9, abs_tol=1e-6):
         raise ValueError(f"backbone weights differ from the run's (fingerprint {fp} vs "
                          f"{record['backbone_fingerprint']}): wrong --checkpoint or a changed file")
+    ckpt = load_torch(path, map_location=dev)
+    if cfg.method in TRAINERS:  # a method with its own trainer (adsim.baselines): its Method, rebuilt
+        return cfg, backbone, trained(cfg.method)(cfg, backbone, record, ckpt["head"]), \
+            {"file": path.name, "epoch": int(ckpt["epoch"])}, dev
     head = make_head(cfg, backbone.spec.width, backbone.spec.embed_dim,
                      text_embeddings(backbone, record["prompts"])).to(dev)
-    ckpt = load_torch(path, map_location=dev)
     try:
         head.load_state_dict(ckpt["head"])
     except (RuntimeError, KeyError) as err:

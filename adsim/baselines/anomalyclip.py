@@ -1,0 +1,185 @@
+"""AnomalyCLIP: Zhou et al., "AnomalyCLIP: Object-agnostic Prompt Learning for Zero-shot Anomaly
+Detection", ICLR 2024 (arXiv:2310.18961). Trained on the auxiliary domains by ``python -m adsim train
+--recipe anomalyclip`` (or ``--method anomalyclip``), rebuilt from the run folder by the ``TRAINED``
+registry.
+
+What this file computes (``B`` images, ``N = grid**2`` patches, ``L`` = 4 feature layers, the blocks
+``spec.adapter_layers`` -- ViT-L: 6, 12, 18, 24 as in AnomalyCLIP):
+
+* **Object-agnostic prompts** (Sec. 3.2, the templates ``g_n = [V_1]...[V_E][object]``,
+  ``g_a = [W_1]...[W_E][damaged][object]``): the prompts ``"X ... X object."`` and
+  ``"X ... X damaged object."`` are tokenised once; the token embeddings at the ``E = 12`` ``X``
+  positions are replaced by learned vectors (init N(0, 0.02^2)) and the sequence runs through the
+  FROZEN open_clip text transformer exactly as ``CLIP.encode_text`` does (positional embedding,
+  transformer, ``ln_final``, end-of-text pooling, text projection). The learned vectors are the only
+  trainable parameters; the text and visual encoders are frozen (no gradient reaches them).
+* **Global score** (Sec. 3.3): ``z_img = (<f_cls, t_a> - <f_cls, t_n>) / 0.07`` for the projected class
+  token; ``P(anomalous) = softmax(<f, t> / 0.07)[1] = sigmoid(z_img)``.
+* **Local maps** (Sec. 3.3): the patch tokens after each feature layer, through ``ln_post`` and the visual
+  projection (the joint space), unit-normalised; ``z_l = (<p, t_a> - <p, t_n>) / 0.07`` per patch.
+* **Glocal loss** (Sec. 3.3, Eq. for ``L_total``): ``L_global`` = cross-entropy of the two-way softmax of
+  the image embedding against the image label (= BCE on ``z_img``); ``L_local`` = sum over the layers of
+  Focal(softmax map, mask) + Dice(anomalous map, mask) + Dice(normal map, 1 - mask), on maps
+  bilinearly upsampled to the mask size (``adsim.losses``: the two-way softmax focal loss is the
+  sigmoid focal loss of ``z``). Weights ``beta_bce``, ``beta_focal``, ``beta_dice`` of the recipe.
+  Classification-only domains: no pixel loss (``cls_only_pixel_loss="none"``, as the head).
+* **Inference**: image score ``z_img`` (log-odds of AnomalyCLIP's image probability, so it ranks); pixel
+  map: the layer *mean* of the patch log-odds, bilinearly upsampled. AnomalyCLIP's code sums the
+  per-layer softmax *probabilities* (saturating; a different but similar ranking) and smooths with a
+  Gaussian of sigma 4 (``evaluate``'s ``smooth_sigma``, recipe value 4).
+
+Simplified (written here and in ``docs/recipes.md``):
+
+* **No DPAM.** AnomalyCLIP replaces the Q-K attention of the visual blocks from layer 2 on by V-V
+  self-attention ("diagonally prominent attention map", Sec. 3.4) to refine the local features. We use
+  the unmodified visual blocks (the patch tokens of the plain frozen ViT).
+* **No deep text prompts.** AnomalyCLIP also inserts learnable tokens into the text transformer's
+  layers 1-9 (length 4; "token embeddings of the textual encoder", Sec. 4.1 / their code's
+  ``design_details``); we learn only the input-layer prompt tokens.
+* Object word ``"object"``, temperature 0.07 (CLIP's ``tau``) for both the global and local scores.
+* Image size: the backbone's (AnomalyCLIP trains at 518 px); training settings from the recipe
+  (AnomalyCLIP: 15 epochs, lr 1e-3, batch 8, Adam betas (0.5, 0.999)).
+"""
+from __future__ import annotations
+
+import torch
+from open_clip.transformer import text_global_pool
+from torch import nn
+
+from poolsim import _core
+
+from .. import losses as L
+from .._method import Method, Output, Trainer, register_trainer, register_trained
+from ._clip import TEMPERATURE, check_images, log_odds, pooled, project, run_blocks, upsample
+
+N_CTX = 12           # learnable tokens per prompt (AnomalyCLIP's prompt length)
+PLACEHOLDER = "X"    # tokenised once; its embedding positions are replaced by the learned vectors
+TEMPLATES = ("{} object.", "{} damaged object.")  # normal, anomalous (object-agnostic)
+
+
+class PromptLearner(nn.Module):
+    """The trainable state: ``ctx (2, n_ctx, D_text)`` learned token embeddings (normal, anomalous).
+    ``tokens (2, context_length)`` is derived from ``n_ctx`` (not saved)."""
+
+    def __init__(self, backbone, *, n_ctx: int = N_CTX, seed: int = 0):
+        super().__init__()
+        if not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or not 1 <= n_ctx <= 60:
+            raise ValueError(f"n_ctx must be an integer in [1, 60], got {n_ctx!r}")
+        model = backbone.model
+        words = " ".join([PLACEHOLDER] * n_ctx)
+        tokens = backbone.tokenizer([t.format(words) for t in TEMPLATES])
+        if not bool((tokens[:, 1:1 + n_ctx] == tokens[0, 1]).all()):  # one BPE token per placeholder
+            raise ValueError(f"the placeholder {PLACEHOLDER!r} does not tokenise to one token per position")
+        gen = torch.Generator().manual_seed(seed)
+        width = model.token_embedding.weight.shape[1]
+        self.ctx = nn.Parameter(0.02 * torch.randn(2, n_ctx, width, generator=gen))
+        self.register_buffer("tokens", tokens.to(model.token_embedding.weight.device), persistent=False)
+        self.n_ctx = n_ctx
+
+
+def text_features(backbone, learner: PromptLearner) -> torch.Tensor:
+    """``(2, E)`` unit text embeddings (normal, anomalous) of the learned prompts through the frozen text
+    tower; differentiable in ``learner.ctx`` only. Mirrors ``open_clip.CLIP.encode_text`` with the token
+    embeddings at positions ``1 .. n_ctx`` replaced."""
+    model, tokens, n = backbone.model, learner.tokens, learner.n_ctx
+    cast = model.transformer.get_cast_dtype()
+    emb = model.token_embedding(tokens).to(cast)
+    x = torch.cat([emb[:, :1], learner.ctx.to(cast), emb[:, 1 + n:]], dim=1)
+    x = x + model.positional_embedding.to(cast)
+    x = model.transformer(x, attn_mask=model.attn_mask)
+    x = model.ln_final(x)
+    x = text_global_pool(x, tokens, model.text_pool_type, eos_token_id=getattr(model, "text_eos_id", None))
+    if isinstance(model.text_projection, nn.Linear):
+        x = model.text_projection(x)
+    elif model.text_projection is not None:
+        x = x @ model.text_projection
+    return _core.normalize(x.float())
+
+
+def visual_features(backbone, images: torch.Tensor) -> tuple:
+    """``images (B, 3, S, S)`` -> ``(image embedding (B, E) unit, [L x (B, N, E)] unit patch features after
+    the blocks ``spec.adapter_layers``)``, through the frozen visual tower."""
+    check_images(images, backbone.spec)
+    visual = backbone.model.visual
+    blocks = visual.transformer.resblocks
+    x = visual._embeds(images)
+    patches, start = [], 0
+    for i in backbone.spec.adapter_layers:
+        x = run_blocks(backbone, x, blocks[start:i + 1])
+        patches.append(project(visual, x[:, 1:]))
+        start = i + 1
+    x = run_blocks(backbone, x, blocks[start:])
+    img, _ = pooled(visual, x)
+    return img, patches
+
+
+def _forward(learner: PromptLearner, backbone, images: torch.Tensor) -> dict:
+    """Training forward: ``{"z_img": (B,), "z_maps": (L, B, N)}``; the visual tower
+    runs without gradient (frozen, and the prompts do not enter it)."""
+    with torch.no_grad():
+        img, patches = visual_features(backbone, images)
+    text = text_features(backbone, learner)
+    return {"z_img": log_odds(img, text), "z_maps": torch.stack([log_odds(p, text) for p in patches])}
+
+
+def glocal_loss(cfg, learner, out: dict, batch: dict) -> tuple:
+    """``beta_bce L_global + sum_l (beta_focal Focal_l + beta_dice (Dice_l(anomalous) + Dice_l(normal)))``
+    (module docstring); returns ``(loss, {name: detached value})``."""
+    labels, masks, has_mask = batch["label"], batch["mask"], batch["has_mask"]
+    if cfg.cls_only_pixel_loss == "none" and "pixel_domain" in batch:
+        has_mask = has_mask * batch["pixel_domain"]
+    z_maps = out["z_maps"]
+    n_layers, b, n = z_maps.shape
+    grid, size = int(round(n ** 0.5)), masks.shape[-1]
+    z = nn.functional.interpolate(z_maps.reshape(-1, 1, grid, grid), size=(size, size), mode="bilinear",
+                                  align_corners=False)[:, 0]  # (L * B, S, S)
+    masks_l, valid_l = masks.repeat(n_layers, 1, 1), has_mask.repeat(n_layers)
+    parts = {"bce": L.bce_loss(out["z_img"], labels),
+             "focal": n_layers * L.focal_loss(z, masks_l, valid_l),
+             "dice": n_layers * (L.dice_loss(torch.sigmoid(z), masks_l, valid_l)
+                                 + L.dice_loss(torch.sigmoid(-z), 1.0 - masks_l, valid_l))}
+    loss = cfg.beta_bce * parts["bce"] + cfg.beta_focal * parts["focal"] + cfg.beta_dice * parts["dice"]
+    return loss, {k: v.detach().float() for k, v in parts.items()}
+
+
+def _build(cfg, backbone) -> PromptLearner:
+    return PromptLearner(backbone, seed=cfg.seed)
+
+
+class AnomalyCLIP(Method):
+    """Inference with learned prompts (text embeddings computed once, at construction)."""
+
+    def __init__(self, backbone, learner: PromptLearner, *, clip_norm: bool = True):
+        super().__init__()
+        self.backbone, self.learner = backbone, learner
+        self.name, self.clip_norm = "anomalyclip", clip_norm
+        self.image_size, self.grid = backbone.spec.image_size, backbone.spec.grid
+        with torch.no_grad():
+            self.register_buffer("text", text_features(backbone, learner))
+
+    def forward(self, images: torch.Tensor) -> Output:
+        """``images (B, 3, S, S)`` -> :class:`Output`: ``scores`` = ``z_img`` (B,), ``maps`` = layer mean of
+        the patch log-odds, upsampled (B, S, S); ``patches`` = the L layers' unit patch features."""
+        img, patches = visual_features(self.backbone, images)
+        z_maps = torch.stack([log_odds(p, self.text) for p in patches]).mean(0)
+        return Output(log_odds(img, self.text).float(), upsample(z_maps, self.grid, self.image_size).float(),
+                      tuple(patches))
+
+
+def load(cfg, backbone, record, state: dict) -> AnomalyCLIP:
+    """Rebuild the method of an ``anomalyclip`` run from its checkpoint state (``{"ctx": ...}``)."""
+    ctx = state.get("ctx") if isinstance(state, dict) else None
+    if ctx is None or ctx.ndim != 3 or ctx.shape[0] != 2:
+        raise ValueError(f"checkpoint state is not an anomalyclip prompt state (need 'ctx' of shape "
+                         f"(2, n_ctx, D)); keys: {sorted(state) if isinstance(state, dict) else type(state)}")
+    learner = PromptLearner(backbone, n_ctx=int(ctx.shape[1]), seed=cfg.seed)
+    try:
+        learner.load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(f"checkpoint does not fit the anomalyclip prompts of this backbone: {err}") from err
+    device = next(backbone.model.parameters()).device
+    return AnomalyCLIP(backbone, learner.to(device), clip_norm=cfg.clip_norm).eval()
+
+
+register_trainer("anomalyclip", Trainer(build=_build, forward=_forward, loss=glocal_loss))
+register_trained("anomalyclip", load)
