@@ -138,11 +138,12 @@ RECIPES = {
         train_splits=("test",), batch_size=1, epochs=50, lr=1e-4, beta_dice=1.0, beta_focal=1.0, beta_bce=1.0,
         lambda_intra=0.0, lambda_inter=0.0, lambda_var=0.0, cls_only_pixel_loss="none", select="test",
         scoring="authors_prob_mean", smooth_sigma=0.0, protocol_mode="cumulative"),
-    # AnomalyCLIP (Zhou et al., ICLR 2024): learned object-agnostic prompts, everything else frozen;
-    # its training settings (15 epochs, lr 1e-3, batch 8) and its map smoothing (Gaussian sigma 4).
+    # AnomalyCLIP (Zhou et al., ICLR 2024; zqhang/AnomalyCLIP): learned object-agnostic prompts, everything
+    # else frozen; its training settings (train.py:124-136: 15 epochs, lr 1e-3, batch 8), its local-loss
+    # weight lam = 4 on Focal and Dice (train.py:50, :102) and its map smoothing (test.py:111, sigma 4).
     "anomalyclip": Recipe(
         name="anomalyclip", method="anomalyclip", vaca=False, clip_norm=True, batch_size=8, epochs=15, lr=1e-3,
-        beta_dice=1.0, beta_focal=1.0, beta_bce=1.0, lambda_intra=0.0, lambda_inter=0.0, lambda_var=0.0,
+        beta_dice=4.0, beta_focal=4.0, beta_bce=1.0, lambda_intra=0.0, lambda_inter=0.0, lambda_var=0.0,
         cls_only_pixel_loss="none", select="last", smooth_sigma=4.0, protocol_mode="cumulative"),
 }
 

@@ -6,36 +6,41 @@ registry.
 What this file computes (``B`` images, ``N = grid**2`` patches, ``L`` = 4 feature layers, the blocks
 ``spec.adapter_layers`` -- ViT-L: 6, 12, 18, 24 as in AnomalyCLIP):
 
-* **Object-agnostic prompts** (Sec. 3.2, the templates ``g_n = [V_1]...[V_E][object]``,
-  ``g_a = [W_1]...[W_E][damaged][object]``): the prompts ``"X ... X object."`` and
-  ``"X ... X damaged object."`` are tokenised once; the token embeddings at the ``E = 12`` ``X``
-  positions are replaced by learned vectors (init N(0, 0.02^2)) and the sequence runs through the
-  FROZEN open_clip text transformer exactly as ``CLIP.encode_text`` does (positional embedding,
-  transformer, ``ln_final``, end-of-text pooling, text projection). The learned vectors are the only
-  trainable parameters; the text and visual encoders are frozen (no gradient reaches them).
-* **Global score** (Sec. 3.3): ``z_img = (<f_cls, t_a> - <f_cls, t_n>) / 0.07`` for the projected class
-  token; ``P(anomalous) = softmax(<f, t> / 0.07)[1] = sigmoid(z_img)``.
-* **Local maps** (Sec. 3.3): the patch tokens after each feature layer, through ``ln_post`` and the visual
-  projection (the joint space), unit-normalised; ``z_l = (<p, t_a> - <p, t_n>) / 0.07`` per patch.
-* **Glocal loss** (Sec. 3.3, Eq. for ``L_total``): ``L_global`` = cross-entropy of the two-way softmax of
-  the image embedding against the image label (= BCE on ``z_img``); ``L_local`` = sum over the layers of
-  Focal(softmax map, mask) + Dice(anomalous map, mask) + Dice(normal map, 1 - mask), on maps
-  bilinearly upsampled to the mask size (``adsim.losses``: the two-way softmax focal loss is the
-  sigmoid focal loss of ``z``). Weights ``beta_bce``, ``beta_focal``, ``beta_dice`` of the recipe.
-  Classification-only domains: no pixel loss (``cls_only_pixel_loss="none"``, as the head).
+* **Object-agnostic prompts** (Sec. 3, object-agnostic text prompt design: the templates
+  ``g_n = [V_1]...[V_E][object]``, ``g_a = [W_1]...[W_E][damaged][object]``): the prompts
+  ``"X ... X object."`` and ``"X ... X damaged object."`` are tokenised once; the token embeddings at
+  the ``E = 12`` ``X`` positions are replaced by learned vectors (init N(0, 0.02^2)) and the sequence
+  runs through the FROZEN open_clip text transformer exactly as ``CLIP.encode_text`` does (positional
+  embedding, transformer, ``ln_final``, end-of-text pooling, text projection). The learned vectors are
+  the only trainable parameters; the text and visual encoders are frozen (no gradient reaches them).
+* **Global score** (Sec. 3, glocal context optimization): ``z_img = (<f_cls, t_a> - <f_cls, t_n>) / 0.07``
+  for the projected class token; ``P(anomalous) = softmax(<f, t> / 0.07)[1] = sigmoid(z_img)``.
+* **Local maps** (Sec. 3, local context): the patch tokens after each feature layer, through ``ln_post``
+  and the visual projection (the joint space; their ``AnomalyCLIP.py:383``), unit-normalised;
+  ``z_l = (<p, t_a> - <p, t_n>) / 0.07`` per patch.
+* **Glocal loss** (Sec. 3, glocal context optimization; their ``train.py:82-104``): ``L_global`` =
+  cross-entropy of the two-way softmax of the image embedding against the image label (= BCE on
+  ``z_img``); ``L_local`` = sum over the layers of Focal(softmax map, mask) + Dice(anomalous map, mask)
+  + Dice(normal map, 1 - mask), on maps bilinearly upsampled to the mask size (``adsim.losses``: the
+  two-way softmax focal loss is the sigmoid focal loss of ``z``). Weights ``beta_bce``, ``beta_focal``,
+  ``beta_dice`` of the recipe (``anomalyclip``: 1, 4, 4 -- AnomalyCLIP multiplies the local loss by
+  ``lam = 4``, ``train.py:50, :102``). Classification-only domains: no pixel loss
+  (``cls_only_pixel_loss="none"``, as the head).
 * **Inference**: image score ``z_img`` (log-odds of AnomalyCLIP's image probability, so it ranks); pixel
-  map: the layer *mean* of the patch log-odds, bilinearly upsampled. AnomalyCLIP's code sums the
-  per-layer softmax *probabilities* (saturating; a different but similar ranking) and smooths with a
-  Gaussian of sigma 4 (``evaluate``'s ``smooth_sigma``, recipe value 4).
+  map: the layer *mean* of the patch log-odds, bilinearly upsampled. AnomalyCLIP's code
+  (``zqhang/AnomalyCLIP`` ``test.py:93-111``) scores the image with the probability ``sigmoid(z_img)``
+  (same ranking), sums the per-layer anomalous *probabilities* of the maps (saturating; a different but
+  similar ranking) and smooths with a Gaussian of sigma 4 (``evaluate``'s ``smooth_sigma``, recipe value 4).
 
 Simplified (written here and in ``docs/recipes.md``):
 
-* **No DPAM.** AnomalyCLIP replaces the Q-K attention of the visual blocks from layer 2 on by V-V
-  self-attention ("diagonally prominent attention map", Sec. 3.4) to refine the local features. We use
-  the unmodified visual blocks (the patch tokens of the plain frozen ViT).
-* **No deep text prompts.** AnomalyCLIP also inserts learnable tokens into the text transformer's
-  layers 1-9 (length 4; "token embeddings of the textual encoder", Sec. 4.1 / their code's
-  ``design_details``); we learn only the input-layer prompt tokens.
+* **No DPAM.** AnomalyCLIP replaces the Q-K attention of the last 20 visual blocks by V-V
+  self-attention ("diagonally prominent attention map", Sec. 3, refinement of the local visual space;
+  ``DPAM_layer = 20``, ``train.py:42``, ``:69-73``) to refine the local features. We use the
+  unmodified visual blocks (the patch tokens of the plain frozen ViT).
+* **No deep text prompts.** AnomalyCLIP also learns tokens inside the text transformer's first 9 layers
+  (length 4; ``--depth 9 --t_n_ctx 4``, ``train.py:124-126``; ``prompt_ensemble.py:159-163``); we learn
+  only the input-layer prompt tokens.
 * Object word ``"object"``, temperature 0.07 (CLIP's ``tau``) for both the global and local scores.
 * Image size: the backbone's (AnomalyCLIP trains at 518 px); training settings from the recipe
   (AnomalyCLIP: 15 epochs, lr 1e-3, batch 8, Adam betas (0.5, 0.999)).

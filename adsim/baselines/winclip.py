@@ -8,7 +8,7 @@ What this file computes for ``B`` images on a ``g x g`` patch grid (``N = g**2``
   (the paper's 21 templates); each class's text embedding is the renormalised mean of its unit prompt
   embeddings, ``t_n``, ``t_a`` (rows of ``text``). The object word is ``"object"`` by default, so the
   target's name is never needed (WinCLIP itself uses the class name, e.g. "bottle").
-* **Two-class score** (Eq. 1/2): ``ascore_0(f) = softmax(<f, t> / tau)[anomalous] = sigmoid(z)`` with the
+* **Two-class score** (Eq. 1): ``ascore_0(f) = softmax(<f, t> / tau)[anomalous] = sigmoid(z)`` with the
   log-odds ``z = (<f, t_a> - <f, t_n>) / tau``, ``tau = 0.07``.
 * **Window embeddings** (Sec. 4.2, Fig. 3): for each window scale ``k`` (default 2 and 3 patches, stride 1)
   and each ``k x k`` window, the class token and the window's patch tokens (after the patch and position
@@ -116,7 +116,8 @@ class WinCLIP(Method):
             raise ValueError(f"image_score must be one of {IMAGE_SCORES}, got {image_score!r}")
         if not isinstance(clip_norm, bool):
             raise ValueError(f"clip_norm must be True or False, got {clip_norm!r}")
-        self.backbone, self.scales, self.temperature, self.image_score = backbone, scales, float(temperature), image_score
+        self.backbone, self.scales, self.image_score = backbone, scales, image_score
+        self.temperature = float(temperature)
         self.name, self.clip_norm, self.image_size, self.grid = "winclip", clip_norm, spec.image_size, spec.grid
         self.register_buffer("text", text_embeddings(backbone, prompt_ensemble(object)))
 

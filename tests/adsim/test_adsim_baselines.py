@@ -231,3 +231,10 @@ def test_mvfa_recipe_trains_and_evaluates(toy_root, tmp_path):
     assert "NOT a zero-shot result" in m["warning"]  # MVFA selects its checkpoint on the target's test set
     state = load_torch(run / "checkpoint_best.pt")["head"]
     assert not any("bias" in k for k in state) and not any("vaca" in k or "centroid" in k for k in state)
+
+
+def test_protocol_refuses_a_recipe_that_is_not_the_adapter_head(tmp_path, capsys):
+    # the protocol trains the adapter head (naive / match); the anomalyclip recipe is trained by `train`
+    assert main(["protocol", "--simulate", "--quick", "--recipe", "anomalyclip", "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "the protocol runs the adapter head" in err and len(err.splitlines()) == 1
