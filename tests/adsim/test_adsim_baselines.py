@@ -195,6 +195,7 @@ def test_anomalyclip_run_folder_rebuilds_identically(runs, toy_root, tiny):
     hist = read_json(run / "history.json")["history"]
     assert hist[0]["steps"] == 2 and all(math.isfinite(hist[0][k]) for k in ("loss", "bce", "focal", "dice"))
     a, b = _rebuild(run), _rebuild(run)  # two fresh loads, each with its own backbone
+    assert torch.equal(a.learner.ctx, state["ctx"])  # the trained prompts, not a fresh initialisation
     with torch.inference_mode():
         oa, ob = a(_images()), b(_images())
     assert torch.equal(oa.scores, ob.scores) and torch.equal(oa.maps, ob.maps)
