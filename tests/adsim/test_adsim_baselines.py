@@ -239,3 +239,13 @@ def test_protocol_refuses_a_recipe_that_is_not_the_adapter_head(tmp_path, capsys
     assert main(["protocol", "--simulate", "--quick", "--recipe", "anomalyclip", "--out", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err.strip()
     assert "the protocol runs the adapter head" in err and len(err.splitlines()) == 1
+
+
+def test_anomalyclip_resume_matches_an_uninterrupted_run(toy_root, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _train(toy_root, a, "anomalyclip", epochs=2)
+    _train(toy_root, b, "anomalyclip", epochs=1)
+    r = R.override(R.get("anomalyclip"), epochs=2, batch_size=8, select="last")
+    train(config_from_recipe(r, data=str(toy_root), out=str(b), **TRAIN_RUN), resume=True, progress=False)
+    sa, sb = (load_torch(p / "checkpoint_last.pt") for p in (a, b))
+    assert sa["epoch"] == sb["epoch"] == 1 and torch.equal(sa["head"]["ctx"], sb["head"]["ctx"])
