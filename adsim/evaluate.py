@@ -5,8 +5,10 @@ head from the run's checkpoint, scores the target's ``test`` split and writes ``
 atomically. Scores and pixel maps are logits by default (``score="logit_max"``; probabilities
 saturate and tie, see ``adsim.head``); ``score="authors_prob_mean"`` reproduces the released code's
 scoring. A run config's ``scoring`` field (its recipe) sets it; an explicit ``scoring=`` overrides.
-AUCs come from ``sklearn.metrics.roc_auc_score``; pixel maps may be Gaussian-smoothed
-(``scipy.ndimage.gaussian_filter``, sigma in pixels; 0 = off).
+Image metrics (AUC, AP, F1-max) come from sklearn on all scores; pixel metrics (AUC, AP, F1-max,
+AUPRO to FPR 0.3) from ``adsim.metrics.Accumulator``'s histograms, within the ``pixel_error_bounds``
+it writes of the exact values (``pixel_auc`` was sklearn on all pixels before issue 13); pixel maps
+may be Gaussian-smoothed (``scipy.ndimage.gaussian_filter``, sigma in pixels; 0 = off).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from . import distributed as DD
 from ._io import autocast_dtype, load_torch, read_json, resolve_device, write_json
 from .backbone import build_backbone, fingerprint
 from .head import DEFAULT_SCORE, anomaly_maps, check_score, features, image_scores, text_embeddings
+from .metrics import summarize
 
 CHECKPOINTS = ("auto", "last", "best")
 
@@ -153,17 +156,14 @@ def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", 
     has_masks = target in D.MASKED
     out = score(backbone, head, samples, clip_norm=cfg.clip_norm, device=dev, precision=cfg.precision,
                 batch_size=batch_size, maps=has_masks, progress=progress, desc=f"eval {target}", scoring=scoring)
-    metrics = {"target": target, "image_auc": auc_percent(out["labels"], out["scores"]),
-               "n_images": int(len(samples)), "n_anomalous": int(out["labels"].sum()),
+    metrics = {"target": target, "n_images": int(len(samples)), "n_anomalous": int(out["labels"].sum()),
                "checkpoint": info, "select": cfg.select, "method": cfg.method, "metric": cfg.metric,
                "vaca": cfg.vaca, "gate_mode": cfg.gate_mode, "backbone": cfg.backbone, "seed": cfg.seed,
                "train_domains": list(cfg.train_domains), "pretrained": backbone.spec.pretrained,
                "auc_unit": "percent", "zero_shot": cfg.select != "test", "scoring": scoring}
-    if has_masks:
-        if not out["masks"].any():
-            raise ValueError(f"{target} test masks contain no anomalous pixel: pixel AUC undefined")
-        metrics["pixel_auc"] = auc_percent(out["masks"], smooth(out["maps"], smooth_sigma))
-        metrics["smooth_sigma"] = smooth_sigma
+    if has_masks and not out["masks"].any():
+        raise ValueError(f"{target} test masks contain no anomalous pixel: pixel AUC undefined")
+    metrics.update(summarize(out, smooth_sigma))  # image_auc/ap/f1max (+ pixel_auc/ap/f1max, aupro)
     if cfg.select == "test":
         metrics["warning"] = ("checkpoint selected on the target's test set (authors' protocol): "
                               "optimistic, NOT a zero-shot result")
