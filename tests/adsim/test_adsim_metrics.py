@@ -287,3 +287,25 @@ def test_shapes_and_labels_validated(rng):
         Accumulator(pixel=True).update([0.0, 1.0], [0, 1], maps[0], masks[0])
     with pytest.raises(TypeError, match="scores must be a real-valued array"):
         Accumulator(pixel=False).update(np.array([True, False]), [0, 1])
+
+
+# ---------------------------------------------------------------- independent reference (optional)
+@pytest.mark.parametrize("fpr_limit", [0.1, 0.3])
+def test_aupro_matches_anomalib(rng, fpr_limit):
+    """anomalib's AUPRO (MVTec-style global sort, 8-connected regions by OpenCV, float32) as an
+    independent reference. anomalib is NOT a dependency (it brings lightning, opencv, kornia, ...):
+    this runs where it happens to be installed and skips elsewhere."""
+    pytest.importorskip("anomalib")
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from anomalib.metrics import AUPRO
+
+    scores, labels, maps, masks = random_split(rng, n=8, size=24)
+    ref = AUPRO(fpr_limit=fpr_limit, fields=["anomaly_map", "gt_mask"])
+    ref.update(SimpleNamespace(anomaly_map=torch.from_numpy(maps), gt_mask=torch.from_numpy(masks.astype(np.int64))))
+    want = 100 * float(ref.compute())
+    m = feed(Accumulator(pixel=True, fpr_limit=fpr_limit), scores, labels, maps, masks, [5, 3])
+    # bound of the binning + float32 round-off of anomalib's cumulative sums over 4608 pixels
+    assert abs(m["aupro"] - want) <= m["pixel_error_bounds"]["aupro"] + 1e-3
+    assert abs(aupro_reference(maps, masks, fpr_limit) - want) <= 1e-3
