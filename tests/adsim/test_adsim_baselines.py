@@ -12,23 +12,19 @@ from adsim import _method as M
 from adsim import recipes as R
 from adsim.__main__ import main
 from adsim._io import load_torch, read_json
-from adsim.backbone import build_backbone
 from adsim.baselines import anomalyclip as A
 from adsim.baselines import winclip as W
-from adsim.train import TrainConfig, config_from_recipe, train
+from adsim.detector import Detector
+from adsim.train import config_from_recipe, train
 
 pytestmark = pytest.mark.filterwarnings("ignore::adsim.backbone.RandomWeightsWarning")
 TRAIN_RUN = dict(target="Brain", train_domains=("Liver", "Chest"), backbone="tiny", seed=0, device="cpu")
 
 
 def _rebuild(run):
-    """The method of a run folder, rebuilt from ``config.json`` and the checkpoint by the ``TRAINED``
-    loader of ``cfg.method`` (what ``Detector.from_run`` does), with a freshly built backbone."""
-    record = read_json(run / "config.json")
-    cfg = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["config"].items()})
-    backbone = build_backbone(cfg.backbone, image_size=cfg.image_size, seed=cfg.seed)
-    state = load_torch(run / "checkpoint_last.pt")["head"]
-    return M.trained(cfg.method)(cfg, backbone, record, state).eval()
+    """The method of a run folder as ``Detector.from_run`` rebuilds it: a fresh backbone, ``config.json`` and the
+    checkpoint through the ``TRAINED`` loader of ``cfg.method``."""
+    return Detector.from_run(run, device="cpu").method.eval()
 
 
 def _train(toy_root, out, recipe: str, **changes):
