@@ -65,9 +65,6 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             raise ValueError(f"{name} must be an integer >= 1, got {getattr(cfg, name)!r}")
     if not cfg.lr > 0 or not cfg.grad_clip > 0:
         raise ValueError(f"lr and grad_clip must be > 0, got {cfg.lr!r}, {cfg.grad_clip!r}")
-    if _trainer(cfg) is not None and cfg.select != "last":
-        raise ValueError(f"method {cfg.method} trains with select='last' only (checkpoint selection scores "
-                         f"the adapter head), got select={cfg.select!r}")
     return cfg._replace(target=target, train_domains=domains, train_splits=tuple(cfg.train_splits),
                         betas=tuple(cfg.betas))
 
@@ -365,7 +362,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
                                                 loss_fn=None if trainer is None else trainer.loss)}
         DD.check_in_sync(head)
         if selection:
-            entry["selection_score"] = selection_score(backbone, head, selection, cfg, device)
+            scored = head if trainer is None else trainer.method(cfg, backbone, head)
+            entry["selection_score"] = selection_score(backbone, scored, selection, cfg, device)
             if best is None or entry["selection_score"] > best["score"]:
                 best = {"epoch": epoch, "score": entry["selection_score"]}
                 if ddp.rank == 0:

@@ -186,5 +186,9 @@ def load(cfg, backbone, record, state: dict) -> AnomalyCLIP:
     return AnomalyCLIP(backbone, learner.to(device), clip_norm=cfg.clip_norm).eval()
 
 
-register_trainer("anomalyclip", Trainer(build=_build, forward=_forward, loss=glocal_loss))
+def _method(cfg, backbone, learner: PromptLearner) -> AnomalyCLIP:
+    return AnomalyCLIP(backbone, learner, clip_norm=cfg.clip_norm)
+
+
+register_trainer("anomalyclip", Trainer(build=_build, forward=_forward, loss=glocal_loss, method=_method))
 register_trained("anomalyclip", load)

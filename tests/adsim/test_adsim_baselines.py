@@ -201,9 +201,15 @@ def test_anomalyclip_run_folder_rebuilds_identically(runs, toy_root, tiny):
     assert m["method"] == "anomalyclip" and 0 <= m["image_auc"] <= 100 and 0 <= m["pixel_auc"] <= 100
 
 
-def test_anomalyclip_refuses_checkpoint_selection(toy_root, tmp_path):
-    with pytest.raises(ValueError, match="method anomalyclip trains with select='last' only"):
-        _train(toy_root, tmp_path / "r", "anomalyclip", select="heldout")
+def test_anomalyclip_checkpoint_selection_scores_the_learned_prompts(toy_root, tmp_path):
+    # select="heldout": each epoch the AnomalyCLIP method of the current prompts is scored on held-out
+    # training-domain images; the best epoch's prompts are checkpointed and rebuilt by Detector.from_run
+    run = _train(toy_root, tmp_path / "r", "anomalyclip", epochs=2, select="heldout")
+    hist = read_json(run / "history.json")
+    assert all(0 <= h["selection_score"] <= 100 for h in hist["history"]) and hist["best"]["epoch"] in (0, 1)
+    best = load_torch(run / "checkpoint_best.pt")
+    assert best["epoch"] == hist["best"]["epoch"]
+    assert torch.equal(Detector.from_run(run, device="cpu").method.learner.ctx, best["head"]["ctx"])
 
 
 # ----------------------------------------------------------------------------------------------- MVFA-AD
