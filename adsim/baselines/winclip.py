@@ -26,9 +26,10 @@ What this file computes for ``B`` images on a ``g x g`` patch grid (``N = g**2``
   fused by one more harmonic mean (as anomalib's WinCLIP, ``torch_model.py`` ``_compute_zero_shot_scores``,
   does); in log-odds form the same soft minimum. The map is bilinearly upsampled to the image size.
 * **Image score**: ``image_score="cls"``: ``z`` of the full-image class token (``ascore_0``, anomalib's
-  zero-shot image score); ``"cls+max"`` (default): ``log((ascore_0 + max_ij M_ij) / 2)``, the
-  class-token score plus the map's maximum, the fusion WinCLIP applies to its multi-scale map
-  (Sec. 4.3 uses the same form for WinCLIP+); a log-probability, so it ranks.
+  zero-shot image score); ``"cls+max"`` (default): ``log((ascore_0 + max_ij M_ij) / 2)``, the class-token
+  score plus the map's maximum -- the form WinCLIP+ (Sec. 4.3) uses to fuse its scores; whether the
+  paper's *zero-shot* classification numbers include the map's maximum could not be checked here (no
+  code from the authors), so both are offered. A log-probability, so it ranks.
 
 Scores and maps are log-odds / log-probabilities (they rank; probabilities saturate and tie).
 

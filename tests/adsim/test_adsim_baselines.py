@@ -133,6 +133,11 @@ def test_winclip_window_of_the_whole_grid_is_the_image(tiny):
         out = m(_images(3))
     for s, mp in zip(out.scores, out.maps):
         torch.testing.assert_close(mp, torch.full_like(mp, float(s)), rtol=1e-4, atol=1e-4)
+    # "cls+max" = log((sigmoid(z_cls) + sigmoid(max map)) / 2); here max map = z_cls, so = logsigmoid(z_cls)
+    both = W.build(tiny, scales=(tiny.spec.grid,), image_score="cls+max")
+    with torch.inference_mode():
+        got = both(_images(3)).scores
+    torch.testing.assert_close(got, torch.nn.functional.logsigmoid(out.scores), rtol=1e-4, atol=1e-5)
 
 
 def test_winclip_prompts_and_options(tiny):
