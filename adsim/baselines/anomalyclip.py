@@ -18,6 +18,13 @@ What this file computes (``B`` images, ``N = grid**2`` patches, ``L`` = 4 featur
 * **Local maps** (Sec. 3, local context): the patch tokens after each feature layer, through ``ln_post``
   and the visual projection (the joint space; their ``AnomalyCLIP.py:383``), unit-normalised;
   ``z_l = (<p, t_a> - <p, t_n>) / 0.07`` per patch.
+* **DPAM** (Sec. 3, refinement of the local visual space; their ``AnomalyCLIP_lib/AnomalyCLIP.py``
+  ``Attention``, ``ResidualAttentionBlock.forward``, ``DAPM_replace``): from the first feature layer on
+  (ViT-L: blocks 6-24, their ``DPAM_layer = 20``, ``train.py:42, :73``) the visual tower runs two paths.
+  The original path is the unmodified block; the DPAM path adds, block by block, the *V-V* self-attention
+  ``softmax(v v^T / sqrt(d)) v`` (queries and keys replaced by the values; same projections) of the
+  original path's ``ln_1`` tokens, without the MLP. Patch features come from the DPAM path, the image
+  embedding from the original path (:func:`visual_features`).
 * **Glocal loss** (Sec. 3, glocal context optimization; their ``train.py:82-104``): ``L_global`` =
   cross-entropy of the two-way softmax of the image embedding against the image label (= BCE on
   ``z_img``); ``L_local`` = sum over the layers of Focal(softmax map, mask) + Dice(anomalous map, mask)
@@ -34,10 +41,6 @@ What this file computes (``B`` images, ``N = grid**2`` patches, ``L`` = 4 featur
 
 Simplified (written here and in ``docs/recipes.md``):
 
-* **No DPAM.** AnomalyCLIP replaces the Q-K attention of the last 20 visual blocks by V-V
-  self-attention ("diagonally prominent attention map", Sec. 3, refinement of the local visual space;
-  ``DPAM_layer = 20``, ``train.py:42``, ``:69-73``) to refine the local features. We use the
-  unmodified visual blocks (the patch tokens of the plain frozen ViT).
 * **No deep text prompts.** AnomalyCLIP also learns tokens inside the text transformer's first 9 layers
   (length 4; ``--depth 9 --t_n_ctx 4``, ``train.py:124-126``; ``prompt_ensemble.py:159-163``); we learn
   only the input-layer prompt tokens.
@@ -101,19 +104,41 @@ def text_features(backbone, learner: PromptLearner) -> torch.Tensor:
     return _core.normalize(x.float())
 
 
-def visual_features(backbone, images: torch.Tensor) -> tuple:
+def vv_attention(block, h: torch.Tensor) -> torch.Tensor:
+    """DPAM's V-V self-attention of one open_clip block on ``h (B, T, W)`` (= ``ln_1`` of the block's
+    input): the block's own ``in_proj`` value projection used as queries, keys and values, its heads,
+    scale ``1 / sqrt(head_dim)`` and ``out_proj`` (and its layer scale ``ls_1``)."""
+    attn = block.attn
+    if not isinstance(attn, nn.MultiheadAttention):
+        raise ValueError(f"DPAM needs nn.MultiheadAttention blocks, got {type(attn).__name__}")
+    b, t, c = h.shape
+    heads = attn.num_heads
+    w_v = attn.in_proj_weight[2 * c:]
+    b_v = None if attn.in_proj_bias is None else attn.in_proj_bias[2 * c:]
+    v = nn.functional.linear(h, w_v, b_v).reshape(b, t, heads, c // heads).transpose(1, 2)  # (B, H, T, d)
+    out = nn.functional.scaled_dot_product_attention(v, v, v)  # softmax(v v^T / sqrt(d)) v
+    out = nn.functional.linear(out.transpose(1, 2).reshape(b, t, c), attn.out_proj.weight, attn.out_proj.bias)
+    return block.ls_1(out)
+
+
+def visual_features(backbone, images: torch.Tensor, *, dpam: bool = True) -> tuple:
     """``images (B, 3, S, S)`` -> ``(image embedding (B, E) unit, [L x (B, N, E)] unit patch features after
-    the blocks ``spec.adapter_layers``)``, through the frozen visual tower."""
+    the blocks ``spec.adapter_layers``)``, through the frozen visual tower. ``dpam``: from the first
+    feature layer on, patch features from the DPAM path (module docstring); the image embedding is
+    always the unmodified tower's."""
     check_images(images, backbone.spec)
     visual = backbone.model.visual
     blocks = visual.transformer.resblocks
-    x = visual._embeds(images)
-    patches, start = [], 0
-    for i in backbone.spec.adapter_layers:
-        x = run_blocks(backbone, x, blocks[start:i + 1])
-        patches.append(project(visual, x[:, 1:]))
-        start = i + 1
-    x = run_blocks(backbone, x, blocks[start:])
+    first, layers = backbone.spec.adapter_layers[0], set(backbone.spec.adapter_layers)
+    x = run_blocks(backbone, visual._embeds(images), blocks[:first])
+    path = x  # the DPAM path starts from the first DPAM block's input
+    patches = []
+    for i in range(first, len(blocks)):
+        if dpam:
+            path = path + vv_attention(blocks[i], blocks[i].ln_1(x))
+        x = run_blocks(backbone, x, blocks[i:i + 1])
+        if i in layers:
+            patches.append(project(visual, (path if dpam else x)[:, 1:]))
     img, _ = pooled(visual, x)
     return img, patches
 
@@ -154,9 +179,9 @@ def _build(cfg, backbone) -> PromptLearner:
 class AnomalyCLIP(Method):
     """Inference with learned prompts (text embeddings computed once, at construction)."""
 
-    def __init__(self, backbone, learner: PromptLearner, *, clip_norm: bool = True):
+    def __init__(self, backbone, learner: PromptLearner, *, clip_norm: bool = True, dpam: bool = True):
         super().__init__()
-        self.backbone, self.learner = backbone, learner
+        self.backbone, self.learner, self.dpam = backbone, learner, dpam
         self.name, self.clip_norm = "anomalyclip", clip_norm
         self.image_size, self.grid = backbone.spec.image_size, backbone.spec.grid
         with torch.no_grad():
@@ -165,7 +190,7 @@ class AnomalyCLIP(Method):
     def forward(self, images: torch.Tensor) -> Output:
         """``images (B, 3, S, S)`` -> :class:`Output`: ``scores`` = ``z_img`` (B,), ``maps`` = layer mean of
         the patch log-odds, upsampled (B, S, S); ``patches`` = the L layers' unit patch features."""
-        img, patches = visual_features(self.backbone, images)
+        img, patches = visual_features(self.backbone, images, dpam=self.dpam)
         z_maps = torch.stack([log_odds(p, self.text) for p in patches]).mean(0)
         return Output(log_odds(img, self.text).float(), upsample(z_maps, self.grid, self.image_size).float(),
                       tuple(patches))

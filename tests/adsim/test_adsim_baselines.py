@@ -171,6 +171,49 @@ def test_learned_prompt_path_is_the_text_encoder(tiny):
     assert list(learner.state_dict()) == ["ctx"]  # only the prompts are checkpointed
 
 
+def test_dpam_is_vv_attention_beside_the_unmodified_tower(tiny):
+    import copy
+    # V-V attention = torch's own multi-head attention with the query and key projections set to the value's
+    block = tiny.model.visual.transformer.resblocks[1]
+    c = block.attn.embed_dim
+    vv = copy.deepcopy(block.attn)
+    with torch.no_grad():
+        vv.in_proj_weight[:2 * c] = block.attn.in_proj_weight[2 * c:].repeat(2, 1)
+        vv.in_proj_bias[:2 * c] = block.attn.in_proj_bias[2 * c:].repeat(2)
+    h = torch.randn(2, 5, c, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = vv(h, h, h, need_weights=False)[0] if vv.batch_first else \
+            vv(*(h.transpose(0, 1),) * 3, need_weights=False)[0].transpose(0, 1)
+        torch.testing.assert_close(A.vv_attention(block, h), want, rtol=1e-5, atol=1e-6)
+        # the image embedding comes from the unmodified tower either way; the patch features change with DPAM
+        x = _images(2)
+        img_d, p_d = A.visual_features(tiny, x, dpam=True)
+        img_o, p_o = A.visual_features(tiny, x, dpam=False)
+        full = tiny.model.encode_image(x)
+    torch.testing.assert_close(img_d, img_o, rtol=0, atol=0)
+    torch.testing.assert_close(img_o, torch.nn.functional.normalize(full.float(), dim=-1), rtol=1e-5, atol=1e-6)
+    assert all(not torch.allclose(a, b, atol=1e-3) for a, b in zip(p_d, p_o))
+    # the dual path written as AnomalyCLIP's ResidualAttentionBlock.forward does it (a [x, x_ori] pair: the
+    # first DPAM block starts it from its input; every block: x += VV(ln_1(x_ori)), x_ori = block(x_ori))
+    visual, spec = tiny.model.visual, tiny.spec
+    with torch.no_grad():
+        t = visual._embeds(x)
+        for blk in visual.transformer.resblocks[:spec.adapter_layers[0]]:
+            t = blk(t)
+        pair, ref = t, []
+        for i, blk in enumerate(visual.transformer.resblocks):
+            if i < spec.adapter_layers[0]:
+                continue
+            if not isinstance(pair, list):
+                pair = [pair, pair]
+            new, ori = pair
+            pair = [new + A.vv_attention(blk, blk.ln_1(ori)), blk(ori)]
+            if i in spec.adapter_layers:
+                ref.append(torch.nn.functional.normalize(visual.ln_post(pair[0][:, 1:]) @ visual.proj, dim=-1))
+    for got, want in zip(p_d, ref):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_only_the_prompts_get_gradients(toy_root, tiny):
     from adsim import data as D
     samples = D.list_split(toy_root, "Liver", "test")
