@@ -13,6 +13,11 @@ What this file computes (``B`` images, ``N = grid**2`` patches, ``L`` = 4 featur
   runs through the FROZEN open_clip text transformer exactly as ``CLIP.encode_text`` does (positional
   embedding, transformer, ``ln_final``, end-of-text pooling, text projection). The learned vectors are
   the only trainable parameters; the text and visual encoders are frozen (no gradient reaches them).
+* **Deep text prompts** (their ``design_details``: ``--depth 9 --t_n_ctx 4``, ``train.py:124-126``;
+  ``prompt_ensemble.py:159-163``; ``AnomalyCLIP.py`` ``ResidualAttentionBlock_learnable_token``): before
+  each text block ``1 .. depth - 1`` the hidden states at positions ``1 .. t`` are replaced by that
+  layer's learned vectors ``(t, D)``, shared by the two prompts (``depth = 9``, ``t = 4``, capped at the
+  text tower's depth; init N(0, 0.02^2)).
 * **Global score** (Sec. 3, glocal context optimization): ``z_img = (<f_cls, t_a> - <f_cls, t_n>) / 0.07``
   for the projected class token; ``P(anomalous) = softmax(<f, t> / 0.07)[1] = sigmoid(z_img)``.
 * **Local maps** (Sec. 3, local context): the patch tokens after each feature layer, through ``ln_post``
@@ -41,9 +46,6 @@ What this file computes (``B`` images, ``N = grid**2`` patches, ``L`` = 4 featur
 
 Simplified (written here and in ``docs/recipes.md``):
 
-* **No deep text prompts.** AnomalyCLIP also learns tokens inside the text transformer's first 9 layers
-  (length 4; ``--depth 9 --t_n_ctx 4``, ``train.py:124-126``; ``prompt_ensemble.py:159-163``); we learn
-  only the input-layer prompt tokens.
 * Object word ``"object"``, temperature 0.07 (CLIP's ``tau``) for both the global and local scores.
 * Image size: the backbone's (AnomalyCLIP trains at 518 px); training settings from the recipe
   (AnomalyCLIP: 15 epochs, lr 1e-3, batch 8, Adam betas (0.5, 0.999)).
@@ -61,40 +63,54 @@ from .._method import Method, Output, Trainer, register_trainer, register_traine
 from ._clip import TEMPERATURE, check_images, log_odds, pooled, project, run_blocks, upsample
 
 N_CTX = 12           # learnable tokens per prompt (AnomalyCLIP's prompt length)
+DEPTH, T_CTX = 9, 4  # deep text prompts: layers 1 .. DEPTH - 1, T_CTX positions each
 PLACEHOLDER = "X"    # tokenised once; its embedding positions are replaced by the learned vectors
 TEMPLATES = ("{} object.", "{} damaged object.")  # normal, anomalous (object-agnostic)
 
 
 class PromptLearner(nn.Module):
-    """The trainable state: ``ctx (2, n_ctx, D_text)`` learned token embeddings (normal, anomalous).
-    ``tokens (2, context_length)`` is derived from ``n_ctx`` (not saved)."""
+    """The trainable state: ``ctx (2, n_ctx, D_text)`` learned token embeddings (normal, anomalous) and
+    ``deep (depth - 1, t, D_text)`` the deep text prompts. ``tokens (2, context_length)`` is derived from
+    ``n_ctx`` (not saved)."""
 
-    def __init__(self, backbone, *, n_ctx: int = N_CTX, seed: int = 0):
+    def __init__(self, backbone, *, n_ctx: int = N_CTX, depth: int = DEPTH, t: int = T_CTX, seed: int = 0):
         super().__init__()
         if not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or not 1 <= n_ctx <= 60:
             raise ValueError(f"n_ctx must be an integer in [1, 60], got {n_ctx!r}")
         model = backbone.model
+        depth = min(depth, len(model.transformer.resblocks))  # capped at the text tower's depth
+        if not isinstance(t, int) or isinstance(t, bool) or not 1 <= t <= n_ctx or depth < 1:
+            raise ValueError(f"deep prompts need 1 <= t <= n_ctx ({n_ctx}) and depth >= 1, got t={t!r}, "
+                             f"depth={depth!r}")
         words = " ".join([PLACEHOLDER] * n_ctx)
-        tokens = backbone.tokenizer([t.format(words) for t in TEMPLATES])
+        tokens = backbone.tokenizer([tpl.format(words) for tpl in TEMPLATES])
         if not bool((tokens[:, 1:1 + n_ctx] == tokens[0, 1]).all()):  # one BPE token per placeholder
             raise ValueError(f"the placeholder {PLACEHOLDER!r} does not tokenise to one token per position")
         gen = torch.Generator().manual_seed(seed)
         width = model.token_embedding.weight.shape[1]
         self.ctx = nn.Parameter(0.02 * torch.randn(2, n_ctx, width, generator=gen))
+        self.deep = nn.Parameter(0.02 * torch.randn(depth - 1, t, width, generator=gen))
         self.register_buffer("tokens", tokens.to(model.token_embedding.weight.device), persistent=False)
         self.n_ctx = n_ctx
 
 
 def text_features(backbone, learner: PromptLearner) -> torch.Tensor:
     """``(2, E)`` unit text embeddings (normal, anomalous) of the learned prompts through the frozen text
-    tower; differentiable in ``learner.ctx`` only. Mirrors ``open_clip.CLIP.encode_text`` with the token
-    embeddings at positions ``1 .. n_ctx`` replaced."""
+    tower; differentiable in the learned vectors only. Mirrors ``open_clip.CLIP.encode_text`` (block by
+    block, as ``open_clip.transformer.Transformer.forward``) with the token embeddings at positions
+    ``1 .. n_ctx`` replaced, and the deep prompts inserted before blocks ``1 .. depth - 1``."""
     model, tokens, n = backbone.model, learner.tokens, learner.n_ctx
     cast = model.transformer.get_cast_dtype()
     emb = model.token_embedding(tokens).to(cast)
     x = torch.cat([emb[:, :1], learner.ctx.to(cast), emb[:, 1 + n:]], dim=1)
     x = x + model.positional_embedding.to(cast)
-    x = model.transformer(x, attn_mask=model.attn_mask)
+    batch_first = getattr(model.transformer, "batch_first", True)
+    deep, t = learner.deep.to(cast), learner.deep.shape[1]
+    for i, block in enumerate(model.transformer.resblocks):
+        if 1 <= i <= deep.shape[0]:  # this layer's deep prompts replace positions 1 .. t
+            x = torch.cat([x[:, :1], deep[i - 1].expand(x.shape[0], -1, -1), x[:, 1 + t:]], dim=1)
+        x = block(x, attn_mask=model.attn_mask) if batch_first else \
+            block(x.transpose(0, 1), attn_mask=model.attn_mask).transpose(0, 1)
     x = model.ln_final(x)
     x = text_global_pool(x, tokens, model.text_pool_type, eos_token_id=getattr(model, "text_eos_id", None))
     if isinstance(model.text_projection, nn.Linear):
@@ -198,11 +214,12 @@ class AnomalyCLIP(Method):
 
 def load(cfg, backbone, record, state: dict) -> AnomalyCLIP:
     """Rebuild the method of an ``anomalyclip`` run from its checkpoint state (``{"ctx": ...}``)."""
-    ctx = state.get("ctx") if isinstance(state, dict) else None
-    if ctx is None or ctx.ndim != 3 or ctx.shape[0] != 2:
-        raise ValueError(f"checkpoint state is not an anomalyclip prompt state (need 'ctx' of shape "
-                         f"(2, n_ctx, D)); keys: {sorted(state) if isinstance(state, dict) else type(state)}")
-    learner = PromptLearner(backbone, n_ctx=int(ctx.shape[1]), seed=cfg.seed)
+    ctx, deep = (state.get("ctx"), state.get("deep")) if isinstance(state, dict) else (None, None)
+    if ctx is None or deep is None or ctx.ndim != 3 or ctx.shape[0] != 2 or deep.ndim != 3:
+        raise ValueError(f"checkpoint state is not an anomalyclip prompt state (need 'ctx' (2, n_ctx, D) and "
+                         f"'deep' (depth - 1, t, D)); keys: {sorted(state) if isinstance(state, dict) else type(state)}")
+    learner = PromptLearner(backbone, n_ctx=int(ctx.shape[1]), depth=int(deep.shape[0]) + 1, t=int(deep.shape[1]),
+                            seed=cfg.seed)
     try:
         learner.load_state_dict(state)
     except RuntimeError as err:

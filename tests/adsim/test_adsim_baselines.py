@@ -163,12 +163,34 @@ def test_winclip_prompts_and_options(tiny):
 def test_learned_prompt_path_is_the_text_encoder(tiny):
     # with the learned vectors set to the placeholder's own token embeddings, the replaced-embedding path must
     # give exactly open_clip's encode_text of the tokenised prompts
-    learner = A.PromptLearner(tiny)
+    learner = A.PromptLearner(tiny, depth=1)  # no deep prompts
     with torch.no_grad():
         learner.ctx.copy_(tiny.model.token_embedding(learner.tokens)[:, 1:1 + learner.n_ctx])
         want = torch.nn.functional.normalize(tiny.model.encode_text(learner.tokens).float(), dim=-1)
         torch.testing.assert_close(A.text_features(tiny, learner), want, rtol=0, atol=1e-6)
-    assert list(learner.state_dict()) == ["ctx"]  # only the prompts are checkpointed
+    assert list(A.PromptLearner(tiny).state_dict()) == ["ctx", "deep"]  # only the prompts are checkpointed
+
+
+def test_deep_prompts_replace_positions_1_to_t_before_block_1(tiny):
+    # With the same learned vectors in both prompts, positions 1..t after text block 0 are identical in the two
+    # prompts (causal attention: they see only the start token and the learned vectors). Deep prompts equal to
+    # those hidden states must therefore change nothing: the result equals the path without deep prompts.
+    t, model = 4, tiny.model
+    deep = A.PromptLearner(tiny, depth=2, t=t, seed=1)
+    flat = A.PromptLearner(tiny, depth=1, seed=1)
+    assert deep.deep.shape == (1, t, model.token_embedding.weight.shape[1])
+    with torch.no_grad():
+        for lr in (deep, flat):
+            lr.ctx[1] = deep.ctx[0]
+        x = model.token_embedding(deep.tokens)
+        x = torch.cat([x[:, :1], deep.ctx, x[:, 1 + deep.n_ctx:]], dim=1) + model.positional_embedding
+        assert model.transformer.batch_first
+        h = model.transformer.resblocks[0](x, attn_mask=model.attn_mask)[:, 1:1 + t]
+        torch.testing.assert_close(h[0], h[1])
+        random_deep = A.text_features(tiny, deep)
+        deep.deep[0] = h[0]
+        torch.testing.assert_close(A.text_features(tiny, deep), A.text_features(tiny, flat), rtol=1e-5, atol=1e-6)
+        assert not torch.allclose(random_deep, A.text_features(tiny, flat), atol=1e-4)  # and random ones do act
 
 
 def test_dpam_is_vv_attention_beside_the_unmodified_tower(tiny):
@@ -226,6 +248,7 @@ def test_only_the_prompts_get_gradients(toy_root, tiny):
     assert float(parts["focal"]) > 0 and float(parts["dice"]) > 0  # Liver has masks: the pixel loss is on
     assert learner.ctx.grad is not None and torch.isfinite(learner.ctx.grad).all()
     assert learner.ctx.grad[0].abs().sum() > 0 and learner.ctx.grad[1].abs().sum() > 0
+    assert learner.deep.shape[0] >= 1 and learner.deep.grad is not None and learner.deep.grad.abs().sum() > 0
     assert all(p.grad is None and not p.requires_grad for p in tiny.model.parameters())
 
 
@@ -234,12 +257,13 @@ def test_anomalyclip_run_folder_rebuilds_identically(runs, toy_root, tiny):
     record = read_json(run / "config.json")
     assert record["config"]["method"] == "anomalyclip" and record["recipe"]["name"] == "anomalyclip"
     state = load_torch(run / "checkpoint_last.pt")["head"]
-    assert set(state) == {"ctx"}  # no backbone weights in the checkpoint
+    assert set(state) == {"ctx", "deep"}  # no backbone weights in the checkpoint
     assert not torch.equal(state["ctx"], A.PromptLearner(tiny, seed=0).ctx.detach())  # training moved them
     hist = read_json(run / "history.json")["history"]
     assert hist[0]["steps"] == 2 and all(math.isfinite(hist[0][k]) for k in ("loss", "bce", "focal", "dice"))
     a, b = _rebuild(run), _rebuild(run)  # two fresh loads, each with its own backbone
-    assert torch.equal(a.learner.ctx, state["ctx"])  # the trained prompts, not a fresh initialisation
+    # the trained prompts, not a fresh initialisation
+    assert torch.equal(a.learner.ctx, state["ctx"]) and torch.equal(a.learner.deep, state["deep"])
     with torch.inference_mode():
         oa, ob = a(_images()), b(_images())
     assert torch.equal(oa.scores, ob.scores) and torch.equal(oa.maps, ob.maps)
@@ -298,4 +322,5 @@ def test_anomalyclip_resume_matches_an_uninterrupted_run(toy_root, tmp_path):
     r = R.override(R.get("anomalyclip"), epochs=2, batch_size=8, select="last")
     train(config_from_recipe(r, data=str(toy_root), out=str(b), **TRAIN_RUN), resume=True, progress=False)
     sa, sb = (load_torch(p / "checkpoint_last.pt") for p in (a, b))
-    assert sa["epoch"] == sb["epoch"] == 1 and torch.equal(sa["head"]["ctx"], sb["head"]["ctx"])
+    assert sa["epoch"] == sb["epoch"] == 1
+    assert all(torch.equal(sa["head"][k], sb["head"][k]) for k in ("ctx", "deep"))
