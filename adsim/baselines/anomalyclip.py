@@ -44,11 +44,14 @@ What this file computes (``B`` images, ``N = grid**2`` patches, ``L`` = 4 featur
   (same ranking), sums the per-layer anomalous *probabilities* of the maps (saturating; a different but
   similar ranking) and smooths with a Gaussian of sigma 4 (``evaluate``'s ``smooth_sigma``, recipe value 4).
 
-Simplified (written here and in ``docs/recipes.md``):
+Where this differs from AnomalyCLIP's code (also in ``docs/recipes.md``):
 
-* Object word ``"object"``, temperature 0.07 (CLIP's ``tau``) for both the global and local scores.
-* Image size: the backbone's (AnomalyCLIP trains at 518 px); training settings from the recipe
-  (AnomalyCLIP: 15 epochs, lr 1e-3, batch 8, Adam betas (0.5, 0.999)).
+* Inference scores are log-odds and the map a layer mean (above); no label smoothing in the focal loss.
+* Image size: the backbone's (AnomalyCLIP trains at 518 px with Resize + CenterCrop); the training data
+  are the other BMAD domains (AnomalyCLIP trains on one auxiliary data set); training settings from the
+  recipe (AnomalyCLIP: 15 epochs, lr 1e-3, batch 8, Adam betas (0.5, 0.999)); gradient clipping 1.0
+  (the run's ``grad_clip``; theirs none).
+* The ``ffn`` variant of their dual path (an MLP on the DPAM path, off by default) is not offered.
 """
 from __future__ import annotations
 
