@@ -216,7 +216,8 @@ class AnomalyCLIP(Method):
 
 
 def load(cfg, backbone, record, state: dict) -> AnomalyCLIP:
-    """Rebuild the method of an ``anomalyclip`` run from its checkpoint state (``{"ctx": ...}``)."""
+    """Rebuild the method of an ``anomalyclip`` run from its checkpoint state (``{"ctx", "deep"}``); a state
+    of another method or shape -> ``ValueError``."""
     ctx, deep = (state.get("ctx"), state.get("deep")) if isinstance(state, dict) else (None, None)
     if ctx is None or deep is None or ctx.ndim != 3 or ctx.shape[0] != 2 or deep.ndim != 3:
         raise ValueError(f"checkpoint state is not an anomalyclip prompt state (need 'ctx' (2, n_ctx, D) and "

@@ -236,6 +236,16 @@ def test_dpam_is_vv_attention_beside_the_unmodified_tower(tiny):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_anomalyclip_load_refuses_a_foreign_state(tiny):
+    cfg = config_from_recipe(R.get("anomalyclip"), data="d", out="o", target="Brain")
+    with pytest.raises(ValueError, match="not an anomalyclip prompt state"):
+        A.load(cfg, tiny, {}, {"seg_adapters.0.down.weight": torch.zeros(1)})
+    state = A.PromptLearner(tiny).state_dict()
+    state["ctx"] = torch.zeros(2, 12, 7)  # another text width
+    with pytest.raises(ValueError, match="does not fit the anomalyclip prompts of this backbone"):
+        A.load(cfg, tiny, {}, state)
+
+
 def test_only_the_prompts_get_gradients(toy_root, tiny):
     from adsim import data as D
     samples = D.list_split(toy_root, "Liver", "test")
