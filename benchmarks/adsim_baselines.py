@@ -11,6 +11,7 @@ timed calls after one warm-up, each under ``torch.inference_mode()``, and the ra
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -54,6 +55,7 @@ def main(argv=None) -> str:
     ap.add_argument("--write", action="store_true", help="replace the section in benchmarks/RESULTS.md")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
+    load0 = os.getloadavg()[0]
     torch.set_num_threads(1) if device.type == "cpu" else None
     rows = []
     for name in args.backbones:
@@ -83,7 +85,8 @@ def main(argv=None) -> str:
              + "\n".join(rows))
     body = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine_info()}; torch {torch.__version__}, "
             f"device {device}, {'1 torch thread' if device.type == 'cpu' else ''}; batch {args.batch}, median of "
-            f"{args.iters} calls after one warm-up, methods alternating. Random weights (timing only).\n\n{table}\n\n"
+            f"{args.iters} calls after one warm-up, methods alternating. Random weights (timing only). 1-minute load "
+            f"average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end.\n\n{table}\n\n"
             f"Command: `PYTHONPATH=$PWD python benchmarks/adsim_baselines.py {' '.join(argv or sys.argv[1:])}`. "
             "WinCLIP runs the whole ViT once per window (exact masked-token windows: 2 x 2 and 3 x 3 at stride 1, "
             "each sequence 1 + k^2 tokens) besides the full image; AnomalyCLIP's text embeddings are computed once, "
