@@ -8,6 +8,7 @@ atomically (``adsim._io``; mode 0666 & ~umask, i.e. 0644 under the usual umask).
 """
 from __future__ import annotations
 
+import functools
 import io
 from pathlib import Path
 
@@ -58,6 +59,11 @@ def overlay_names(names: list) -> list:
     return [f"{s}.png" if s and counts[s] == 1 else f"{i:05d}_{s or 'image'}.png" for i, s in enumerate(stems)]
 
 
+@functools.cache
+def _font():
+    return ImageFont.load_default()
+
+
 def write_overlay(path, image: np.ndarray, amap: np.ndarray, mask: np.ndarray | None = None, *,
                   score: float | None = None, title: str | None = None, min_size: int = 192, **options) -> Path:
     """:func:`overlay` (``options``: ``cmap``, ``alpha``) written as a PNG to ``path`` atomically, with a
@@ -69,7 +75,7 @@ def write_overlay(path, image: np.ndarray, amap: np.ndarray, mask: np.ndarray | 
         rgb = np.repeat(np.repeat(rgb, factor, axis=0), factor, axis=1)
     text = " ".join(t for t in (title, None if score is None else f"score {score:.3g}") if t)
     if text:
-        font = ImageFont.load_default()
+        font = _font()
         left, top, right, bottom = ImageDraw.Draw(Image.new("RGB", (1, 1))).textbbox((0, 0), text, font=font)
         strip = Image.new("RGB", (max(rgb.shape[1], right + 4), bottom + 4), (255, 255, 255))
         ImageDraw.Draw(strip).text((2, 2), text, fill=(0, 0, 0), font=font)
