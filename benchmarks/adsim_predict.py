@@ -152,6 +152,17 @@ def main(argv=None) -> str:
         ratio = f"{r['ref_seconds'] / r['seconds']:.2f}" if "ref_seconds" in r else "-"
         lines.append(f"| {r['n']} | {r['mode']} | {ips:.0f} | {ref} | {ratio} | {r['rss_load']:.0f} | "
                      f"{r['rss_peak']:.0f} | {r['rss_peak'] - r['rss_load']:.1f} |")
+    lines.append("")
+    for mode in args.modes:
+        rs = sorted((r for r in rows if r["mode"] == mode), key=lambda r: r["n"])
+        if len(rs) < 2:
+            continue
+        a, b = rs[0], rs[-1]
+        kept = (b["n"] - a["n"]) * 64 * 64 * 4 / 2 ** 20 if mode == "maps" else 0.0
+        lines.append(f"* `{mode}`: peak-RSS growth {a['rss_peak'] - a['rss_load']:.1f} MiB for {a['n']} images, "
+                     f"{b['rss_peak'] - b['rss_load']:.1f} MiB for {b['n']} ({b['n'] / a['n']:.0f}x the images); "
+                     f"the maps the caller keeps account for {kept:.1f} MiB of the difference"
+                     + (" (every map is returned by design)." if mode == "maps" else " (none kept)."))
     diffs = [r["max_abs_diff"] for r in rows if "max_abs_diff" in r]
     lines += ["", f"Detector scores vs the reference path: largest |difference| {max(diffs):.2g} (same images, "
               "same batches)." if diffs else ""]
