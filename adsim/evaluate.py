@@ -1,11 +1,10 @@
 """Evaluation: image-level AUC (AC) and, for Brain/Liver/Retina_RESC, pixel-level AUC (AS), in percent.
 
-``evaluate(run, data)`` rebuilds the run's method through ``adsim.detector.Detector.from_run`` (the
-backbone with its weight fingerprint checked, the head from the run's checkpoint), streams the target's
-``test`` split through ``Detector.score_samples`` (the inference path ``predict`` uses too) and writes
-``RUN/metrics.json`` atomically. Scores and pixel maps are logits by default (``score="logit_max"``;
-probabilities saturate and tie, see ``adsim.head``); ``score="authors_prob_mean"`` reproduces the
-released code's scoring. A run config's ``scoring`` field (its recipe) sets it; an explicit ``scoring=`` overrides.
+``evaluate(run, data)`` rebuilds the run's backbone (and checks its weight fingerprint), loads the
+head from the run's checkpoint, scores the target's ``test`` split and writes ``RUN/metrics.json``
+atomically. Scores and pixel maps are logits by default (``score="logit_max"``; probabilities
+saturate and tie, see ``adsim.head``); ``score="authors_prob_mean"`` reproduces the released code's
+scoring. A run config's ``scoring`` field (its recipe) sets it; an explicit ``scoring=`` overrides.
 AUCs come from ``sklearn.metrics.roc_auc_score``; pixel maps may be Gaussian-smoothed
 (``scipy.ndimage.gaussian_filter``, sigma in pixels; 0 = off).
 """
