@@ -143,11 +143,11 @@ def test_bad_batch_size(det, test_paths):
         det.predict(test_paths, batch_size=0)
 
 
-def _altered(run, tmp_path, edit):
+def _altered(run, tmp_path, edit, part="config"):
     dst = tmp_path / "altered"
     shutil.copytree(run, dst)
     record = json.loads((dst / "config.json").read_text())
-    edit(record["config"])
+    edit(record[part] if part else record)
     (dst / "config.json").write_text(json.dumps(record))
     return dst
 
@@ -162,6 +162,16 @@ def _altered(run, tmp_path, edit):
 def test_run_folder_of_another_version_names_what_differs(run, tmp_path, edit, match):
     with pytest.raises(ValueError, match=match):
         Detector.from_run(_altered(run, tmp_path, edit), device="cpu")
+
+
+@pytest.mark.parametrize("part, edit, match", [
+    ("backbone_spec", lambda b: b.update(grid=9), r"builds tiny differently \(grid: run 9, now 8\)"),
+    (None, lambda r: r.pop("prompts"), "lacks 'prompts'"),
+    (None, lambda r: r.update(config=[]), "no 'config' object"),
+])
+def test_run_record_of_another_version_names_what_differs(run, tmp_path, part, edit, match):
+    with pytest.raises(ValueError, match=match):
+        Detector.from_run(_altered(run, tmp_path, edit, part), device="cpu")
 
 
 class _Brightness(M.Method):
