@@ -2,11 +2,15 @@
 exact AUPRO reference written here (sort-based, one threshold at a time, NumPy)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from scipy.ndimage import gaussian_filter, label
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
 
 from adsim.evaluate import auc_percent, smooth
 from adsim.metrics import Accumulator, area_to, summarize
+from poolsim.testing import examples, finite_floats
 
 PIXEL_KEYS = ("pixel_auroc", "pixel_ap", "pixel_f1max", "aupro")
 
@@ -309,3 +313,29 @@ def test_aupro_matches_anomalib(rng, fpr_limit):
     # bound of the binning + float32 round-off of anomalib's cumulative sums over 4608 pixels
     assert abs(m["aupro"] - want) <= m["pixel_error_bounds"]["aupro"] + 1e-3
     assert abs(aupro_reference(maps, masks, fpr_limit) - want) <= 1e-3
+
+
+# ---------------------------------------------------------------- property: any data, any split
+@st.composite
+def pixel_cases(draw):
+    n, h, w = draw(st.integers(2, 4)), draw(st.integers(2, 5)), draw(st.integers(2, 5))
+    values = st.one_of(st.integers(-3, 3).map(float), finite_floats(-1e3, 1e3))  # ties and spread
+    maps = draw(hnp.arrays(np.float64, (n, h, w), elements=values)) * 2.0 ** draw(st.integers(-30, 30))
+    masks = draw(hnp.arrays(np.bool_, (n, h, w)))
+    masks[0] = False  # one normal image, one with an anomalous pixel
+    masks[1, 0, 0] = True
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=n - 1)))
+    sizes = np.diff([0, *cuts, n]).tolist()
+    return maps, masks, sizes, draw(st.sampled_from([16, 64, 1 << 16])), draw(st.sampled_from([0.05, 0.3, 1.0]))
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(pixel_cases())
+def test_binned_within_bound_of_exact_on_any_data(case):
+    maps, masks, sizes, bins, fpr_limit = case
+    labels = masks.any(axis=(1, 2)).astype(int)
+    m = feed(Accumulator(pixel=True, bins=bins, fpr_limit=fpr_limit), labels.astype(float), labels,
+             maps, masks, sizes)
+    want = exact_pixel(maps, masks, fpr_limit)
+    for k in PIXEL_KEYS:  # + float round-off of the two summation orders
+        assert abs(m[k] - want[k]) <= m["pixel_error_bounds"][k] + 1e-7 * (1 + abs(want[k])), (k, m[k], want[k])
