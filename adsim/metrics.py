@@ -55,6 +55,7 @@ weighted histogram, so it streams like the rest.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 
@@ -297,28 +298,38 @@ class Accumulator:
                 "pixel_bins": self.bins, "pixel_bin_width": h.width, "pixel_error_bounds": bounds}
 
 
-def summarize(out: dict, smooth_sigma: float = 0.0, *, bins: int = DEFAULT_BINS, fpr_limit: float = FPR_LIMIT,
+def _chunks(out: dict, chunk: int):
+    for i in range(0, len(out["scores"]), chunk):
+        yield {k: (None if v is None else v[i:i + chunk]) for k, v in out.items()
+               if k in ("scores", "labels", "maps", "masks")}
+
+
+def summarize(out, smooth_sigma: float = 0.0, *, bins: int = DEFAULT_BINS, fpr_limit: float = FPR_LIMIT,
               chunk: int = 16) -> dict:
-    """The metrics.json entries of a scoring result ``out`` (``adsim.evaluate.score``'s dict: ``scores``,
-    ``labels``, ``maps`` or None, ``masks``): ``image_auc`` (exact, sklearn), ``image_ap``,
-    ``image_f1max`` and, when ``maps`` is not None, ``pixel_auc`` (binned, within
+    """The metrics.json entries of a scoring result: ``image_auc`` (exact, sklearn), ``image_ap``,
+    ``image_f1max`` and, when there are maps, ``pixel_auc`` (binned, within
     ``pixel_error_bounds["pixel_auc"]`` of the exact value), ``pixel_ap``, ``pixel_f1max``, ``aupro``,
-    ``aupro_fpr_limit``, ``smooth_sigma`` and the bounds. The maps are Gaussian-smoothed
-    (``adsim.evaluate.smooth``) ``chunk`` images at a time, so no smoothed copy of all maps is made."""
+    ``aupro_fpr_limit``, ``smooth_sigma``, ``n_regions``, ``pixel_bin_width`` and the bounds.
+
+    ``out``: ``adsim.evaluate.score``'s dict (``scores (n,)``, ``labels (n,)``, ``maps (n, S, S)`` or
+    None, ``masks``), read ``chunk`` images at a time, or an iterable of such dicts, one per batch (a
+    stream: nothing but the current batch is held). The maps are Gaussian-smoothed
+    (``adsim.evaluate.smooth``) batch by batch, so no smoothed copy of all maps is made."""
     from .evaluate import smooth  # here: evaluate imports this module
 
-    pixel = out.get("maps") is not None
-    acc = Accumulator(pixel, bins=bins, fpr_limit=fpr_limit)
-    for i in range(0, len(out["scores"]), chunk):
-        part = slice(i, i + chunk)
-        if pixel:
-            acc.update(out["scores"][part], out["labels"][part], smooth(out["maps"][part], smooth_sigma),
-                       out["masks"][part])
-        else:
-            acc.update(out["scores"][part], out["labels"][part])
+    batches = iter(_chunks(out, chunk) if isinstance(out, dict) else out)
+    first = next(batches, None)
+    if first is None:
+        raise ValueError("summarize: no batches (no images were scored)")
+    acc = Accumulator(first.get("maps") is not None, bins=bins, fpr_limit=fpr_limit)
+    for batch in itertools.chain([first], batches):
+        maps = batch.get("maps")
+        if acc.pixel and maps is not None:
+            maps = smooth(maps, smooth_sigma)
+        acc.update(batch["scores"], batch["labels"], maps, batch.get("masks"))
     m = acc.compute()
     res = {"image_auc": m["image_auroc"], "image_ap": m["image_ap"], "image_f1max": m["image_f1max"]}
-    if pixel:
+    if acc.pixel:
         bounds = {("pixel_auc" if k == "pixel_auroc" else k): v for k, v in m["pixel_error_bounds"].items()}
         res.update({"pixel_auc": m["pixel_auroc"], "pixel_ap": m["pixel_ap"], "pixel_f1max": m["pixel_f1max"],
                     "aupro": m["aupro"], "aupro_fpr_limit": m["aupro_fpr_limit"], "smooth_sigma": smooth_sigma,

@@ -229,6 +229,12 @@ def test_summarize_matches_accumulator_and_keeps_exact_image_auc(rng):
     smoothed = smooth(maps, 1.0)
     assert abs(res["pixel_auc"] - auc_percent(masks, smoothed)) <= res["pixel_error_bounds"]["pixel_auc"] + 1e-9
     assert abs(res["aupro"] - aupro_reference(smoothed, masks)) <= res["pixel_error_bounds"]["aupro"] + 1e-9
+    # the same as a stream of batch dicts (what a streaming scoring loop passes)
+    stream = summarize(({"scores": scores[i:i + 2], "labels": labels[i:i + 2], "maps": maps[i:i + 2],
+                         "masks": masks[i:i + 2]} for i in range(0, 6, 2)), smooth_sigma=1.0)
+    assert stream == summarize(out, smooth_sigma=1.0, chunk=2)  # same batches, same grid: identical
+    with pytest.raises(ValueError, match="no batches"):
+        summarize(iter([]))
     no_maps = summarize({"scores": scores, "labels": labels, "maps": None, "masks": None})
     assert set(no_maps) == {"image_auc", "image_ap", "image_f1max"}
     p, r, _ = precision_recall_curve(labels, scores)
