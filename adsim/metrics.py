@@ -42,9 +42,10 @@ on the distance to the exact value over the raw scores (as sklearn / the MVTec c
 With the default ``2**16`` bins the bounds are ~1e-3 percentage points on smooth maps
 (``tests/adsim/test_adsim_metrics.py`` checks binned vs exact on random data within them).
 
-**AUPRO** (Bergmann et al., "The MVTec Anomaly Detection Dataset", IJCV 129, 2021, Sec. 4.2 / Eq. (2);
-first in Bergmann et al., "Uninformed Students", CVPR 2020, and the MVTec AD CVPR 2019 paper): the
-ground-truth regions are the 8-connected components of each image's mask (``scipy.ndimage.label``, a
+**AUPRO** (Bergmann, Batzner, Fauser, Sattlegger, Steger, "The MVTec Anomaly Detection Dataset: A
+Comprehensive Real-World Dataset for Unsupervised Anomaly Detection", IJCV 129:1038-1059, 2021 -- the
+journal version of the CVPR 2019 MVTec AD paper -- and its public evaluation code; the PRO measure also
+in Bergmann et al., "Uninformed Students", CVPR 2020): the ground-truth regions are the 8-connected components of each image's mask (``scipy.ndimage.label``, a
 3 x 3 structure as in the MVTec evaluation code); at a threshold ``t`` the per-region overlap of region
 ``C`` is ``|{x in C : s(x) >= t}| / |C|``, PRO(t) is its mean over all regions of all images and FPR(t)
 is the fraction of all normal pixels (mask 0, of every image) with ``s >= t``. AUPRO is the area under
