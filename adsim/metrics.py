@@ -243,11 +243,16 @@ class Accumulator:
         self._labels.append(labels)
         return self
 
+    @property
+    def scores(self) -> np.ndarray:
+        """``(n,)`` every image score added so far, in order."""
+        return np.concatenate(self._scores) if self._scores else np.zeros(0)
+
     def compute(self) -> dict:
         """The metrics of everything added so far (see the class docstring). ValueError when a metric
         is undefined (one class only)."""
         labels = np.concatenate(self._labels) if self._labels else np.zeros(0, bool)
-        scores = np.concatenate(self._scores) if self._scores else np.zeros(0)
+        scores = self.scores
         n_anom = int(labels.sum())
         if n_anom == 0 or n_anom == len(labels):
             raise ValueError(f"image metrics undefined: the labels contain one class only ({len(labels) - n_anom} "
@@ -328,9 +333,13 @@ def summarize(out, smooth_sigma: float = 0.0, *, bins: int = DEFAULT_BINS, fpr_l
         if acc.pixel and maps is not None:
             maps = smooth(maps, smooth_sigma)
         acc.update(batch["scores"], batch["labels"], maps, batch.get("masks"))
-    m = acc.compute()
+    return entries(acc.compute(), smooth_sigma)
+
+
+def entries(m: dict, smooth_sigma: float = 0.0) -> dict:
+    """:meth:`Accumulator.compute`'s dict ``m`` under metrics.json's names (``image_auc``, ``pixel_auc``)."""
     res = {"image_auc": m["image_auroc"], "image_ap": m["image_ap"], "image_f1max": m["image_f1max"]}
-    if acc.pixel:
+    if "pixel_auroc" in m:
         bounds = {("pixel_auc" if k == "pixel_auroc" else k): v for k, v in m["pixel_error_bounds"].items()}
         res.update({"pixel_auc": m["pixel_auroc"], "pixel_ap": m["pixel_ap"], "pixel_f1max": m["pixel_f1max"],
                     "aupro": m["aupro"], "aupro_fpr_limit": m["aupro_fpr_limit"], "smooth_sigma": smooth_sigma,
