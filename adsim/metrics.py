@@ -20,6 +20,8 @@ bins, else doubles the bin width (``e += 1``, merging pairs of bins: ``floor(flo
 floor(x/2w)``, so no pixel changes side of any remaining edge) until it fits. Counts are never lost
 or approximated; only the *resolution* is finite: the final bin width is at most about ``4 R / bins``
 for a score range ``R`` (reported as ``pixel_bin_width``). Scores may be any finite reals (logits).
+Accumulators of separate shards (e.g. torchrun ranks) combine with :meth:`Accumulator.merge`: both
+move to the coarser of their grids by the same exact merging of bins.
 
 **Approximation and its error bound.** Pixel metrics are computed *exactly for the binned scores*,
 i.e. with the thresholds restricted to the bin edges: the binned AUROC counts every (anomalous, normal)
@@ -152,24 +154,50 @@ class _Histograms:
             self.lo, self.hi = self._key(xmin, self.e), self._key(xmax, self.e)
             self.k0 = self.lo - (B - (self.hi - self.lo + 1)) // 2
             return
-        lo = min(self.lo, self._key(xmin, self.e))
-        hi = max(self.hi, self._key(xmax, self.e))
+        self._cover(self.e, min(self.lo, self._key(xmin, self.e)), max(self.hi, self._key(xmax, self.e)))
+
+    def _cover(self, e: int, lo: int, hi: int) -> None:
+        """Re-grid to cover the keys ``[lo, hi]`` at exponent ``e >= self.e`` (and what is held), doubling
+        the bin width as needed; the histograms move with the grid."""
+        B = self.bins
         d = 0  # doublings of the bin width; Python's >> on ints is floor division by 2**d
         while (hi >> d) - (lo >> d) + 1 > B or max(abs(lo >> d), abs(hi >> d)) >= 1 << 62:
             d += 1
-        lo, hi = lo >> d, hi >> d
-        if d == 0 and self.k0 <= lo and hi < self.k0 + B:
+        e, lo, hi = e + d, lo >> d, hi >> d
+        if e == self.e and self.k0 <= lo and hi < self.k0 + B:
             self.lo, self.hi = lo, hi
             return
         k0 = lo - (B - (hi - lo + 1)) // 2
+        self.neg, self.pos, self.pro = self._moved(e, k0)
+        self.e, self.k0, self.lo, self.hi = e, k0, lo, hi
+
+    def _moved(self, e: int, k0: int) -> tuple:
+        """``(neg, pos, pro)`` re-binned onto the grid ``(e >= self.e, k0)`` (which must cover them)."""
+        B, d = self.bins, e - self.e
         old = np.flatnonzero((self.neg > 0) | (self.pos > 0))
         idx = ((old + np.int64(self.k0)) >> d) - np.int64(k0)
         neg, pos, pro = (np.zeros(B, np.int64), np.zeros(B, np.int64), np.zeros(B, np.float64))
         np.add.at(neg, idx, self.neg[old])
         np.add.at(pos, idx, self.pos[old])
         np.add.at(pro, idx, self.pro[old])
-        self.neg, self.pos, self.pro = neg, pos, pro
-        self.e, self.k0, self.lo, self.hi = self.e + d, k0, lo, hi
+        return neg, pos, pro
+
+    def absorb(self, other: _Histograms) -> None:
+        """Add ``other``'s histograms (same ``bins``) to these, on the coarser of the two grids."""
+        if other.e is None:
+            return
+        if self.e is None:
+            self.e, self.k0, self.lo, self.hi = other.e, other.k0, other.lo, other.hi
+            self.neg, self.pos, self.pro = other.neg.copy(), other.pos.copy(), other.pro.copy()
+            return
+        e = max(self.e, other.e)
+        lo = min(self.lo >> (e - self.e), other.lo >> (e - other.e))
+        hi = max(self.hi >> (e - self.e), other.hi >> (e - other.e))
+        self._cover(e, lo, hi)
+        neg, pos, pro = other._moved(self.e, self.k0)
+        self.neg += neg
+        self.pos += pos
+        self.pro += pro
 
     def _index(self, x: np.ndarray) -> np.ndarray:
         return (np.floor(np.ldexp(x.astype(np.float64), -self.e)) - self.k0).astype(np.int64)
@@ -196,7 +224,8 @@ class Accumulator:
     """Streaming image (and pixel) anomaly-detection metrics, in percent; see the module docstring.
 
     ``Accumulator(pixel, bins=2**16, fpr_limit=0.3)``; ``update(scores (B,), labels (B,), maps (B, H, W),
-    masks (B, H, W) bool)`` per batch (maps and masks only, and always, when ``pixel``); ``compute()``
+    masks (B, H, W) bool)`` per batch (maps and masks only, and always, when ``pixel``); ``merge(other)``
+    adds another accumulator's images (a shard); ``compute()``
     -> dict with ``image_auroc``, ``image_ap``, ``image_f1max``, ``n_images``, ``n_anomalous`` and, when
     ``pixel``, ``pixel_auroc``, ``pixel_ap``, ``pixel_f1max``, ``aupro``, ``aupro_fpr_limit``,
     ``n_regions``, ``pixel_bins``, ``pixel_bin_width`` and ``pixel_error_bounds`` (a dict of bounds in
@@ -247,6 +276,24 @@ class Accumulator:
     def scores(self) -> np.ndarray:
         """``(n,)`` every image score added so far, in order."""
         return np.concatenate(self._scores) if self._scores else np.zeros(0)
+
+    def merge(self, other: Accumulator) -> Accumulator:
+        """Add everything ``other`` holds (e.g. another process's shard; same ``pixel``, ``bins`` and
+        ``fpr_limit``) to this accumulator, in place; ``other``'s images come after this one's. The
+        histograms move to the coarser grid of the two (bins merged exactly, as in the module docstring),
+        so the result is what feeding all batches to one accumulator would give up to that grid."""
+        if not isinstance(other, Accumulator):
+            raise TypeError(f"other must be an Accumulator, got {type(other).__name__}")
+        if (other.pixel, other.bins, other.fpr_limit) != (self.pixel, self.bins, self.fpr_limit):
+            raise ValueError(f"cannot merge Accumulator(pixel={other.pixel}, bins={other.bins}, fpr_limit="
+                             f"{other.fpr_limit}) into Accumulator(pixel={self.pixel}, bins={self.bins}, "
+                             f"fpr_limit={self.fpr_limit})")
+        self._scores += other._scores
+        self._labels += other._labels
+        if self.pixel:
+            self._hist.absorb(other._hist)
+            self._regions += other._regions
+        return self
 
     def compute(self) -> dict:
         """The metrics of everything added so far (see the class docstring). ValueError when a metric

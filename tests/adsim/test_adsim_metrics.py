@@ -72,13 +72,14 @@ def random_split(rng, n=8, size=24, shift=0.0):
     return scores, labels, maps, masks
 
 
-def feed(acc, scores, labels, maps, masks, sizes):
+def feed(acc, scores, labels, maps, masks, sizes, *, compute=True):
+    """Feed the images in batches of ``sizes``; return ``acc.compute()`` (or ``acc``)."""
     start = 0
     for b in sizes:
         acc.update(scores[start:start + b], labels[start:start + b], maps[start:start + b], masks[start:start + b])
         start += b
     assert start == len(scores)
-    return acc.compute()
+    return acc.compute() if compute else acc
 
 
 def assert_within_bounds(got, want):
@@ -220,6 +221,38 @@ def test_constant_first_batch_then_spread(rng):
     assert_within_bounds(m, exact_pixel(maps, masks))
 
 
+def test_merge_of_shards_on_different_grids(rng):
+    # two "processes": shard a spans ~[-3, 3], shard b is scaled x40 and shifted by 500, so their grids
+    # differ (exponent and window); the merge re-bins onto the coarser grid and stays within its bound
+    scores, labels, maps, masks = random_split(rng, n=8, size=20)
+    maps[4:] = maps[4:] * 40 + 500
+    a = feed(Accumulator(pixel=True, bins=512), scores[:4], labels[:4], maps[:4], masks[:4], [2, 2])
+    shard_a = Accumulator(pixel=True, bins=512).update(scores[:4], labels[:4], maps[:4], masks[:4])
+    shard_b = Accumulator(pixel=True, bins=512).update(scores[4:], labels[4:], maps[4:], masks[4:])
+    assert shard_a._hist.e < shard_b._hist.e
+    m = shard_a.merge(shard_b).compute()
+    assert_within_bounds(m, exact_pixel(maps, masks))
+    assert m["n_regions"] == a["n_regions"] + shard_b.compute()["n_regions"]
+    assert m["image_auroc"] == 100 * roc_auc_score(labels, scores)  # images in shard order a, b
+    # merged the other way round: the same grid (the coarser one) and the same histograms
+    m2 = Accumulator(pixel=True, bins=512).update(scores[4:], labels[4:], maps[4:], masks[4:]).merge(
+        Accumulator(pixel=True, bins=512).update(scores[:4], labels[:4], maps[:4], masks[:4])).compute()
+    for k in (*PIXEL_KEYS, "pixel_bin_width"):
+        assert m2[k] == pytest.approx(m[k], abs=1e-12)
+    # into an empty accumulator: a copy
+    empty = Accumulator(pixel=True, bins=512).merge(shard_b)
+    assert empty.compute() == shard_b.compute()
+
+
+def test_merge_validates():
+    with pytest.raises(ValueError, match="cannot merge"):
+        Accumulator(pixel=True).merge(Accumulator(pixel=True, bins=64))
+    with pytest.raises(ValueError, match="cannot merge"):
+        Accumulator(pixel=True).merge(Accumulator(pixel=True, fpr_limit=0.1))
+    with pytest.raises(TypeError, match="Accumulator"):
+        Accumulator(pixel=False).merge({"scores": []})
+
+
 # ---------------------------------------------------------------- summarize (the evaluate wiring)
 def test_summarize_matches_accumulator_and_keeps_exact_image_auc(rng):
     scores, labels, maps, masks = random_split(rng, n=6, size=20)
@@ -332,16 +365,25 @@ def pixel_cases(draw):
     masks[1, 0, 0] = True
     cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=n - 1)))
     sizes = np.diff([0, *cuts, n]).tolist()
-    return maps, masks, sizes, draw(st.sampled_from([16, 64, 1 << 16])), draw(st.sampled_from([0.05, 0.3, 1.0]))
+    return (maps, masks, sizes, draw(st.sampled_from([16, 64, 1 << 16])), draw(st.sampled_from([0.05, 0.3, 1.0])),
+            draw(st.booleans()))
 
 
 @settings(max_examples=examples(60), deadline=None)
 @given(pixel_cases())
 def test_binned_within_bound_of_exact_on_any_data(case):
-    maps, masks, sizes, bins, fpr_limit = case
+    maps, masks, sizes, bins, fpr_limit, shard = case
     labels = masks.any(axis=(1, 2)).astype(int)
-    m = feed(Accumulator(pixel=True, bins=bins, fpr_limit=fpr_limit), labels.astype(float), labels,
-             maps, masks, sizes)
+    acc = Accumulator(pixel=True, bins=bins, fpr_limit=fpr_limit)
+    if shard:  # the first batch in one accumulator, the rest in another, merged
+        b = sizes[0]
+        acc.update(labels[:b].astype(float), labels[:b], maps[:b], masks[:b])
+        rest = Accumulator(pixel=True, bins=bins, fpr_limit=fpr_limit)
+        if len(sizes) > 1:
+            feed(rest, labels[b:].astype(float), labels[b:], maps[b:], masks[b:], sizes[1:], compute=False)
+        m = acc.merge(rest).compute()
+    else:
+        m = feed(acc, labels.astype(float), labels, maps, masks, sizes)
     want = exact_pixel(maps, masks, fpr_limit)
     for k in PIXEL_KEYS:  # + float round-off of the two summation orders
         assert abs(m[k] - want[k]) <= m["pixel_error_bounds"][k] + 1e-7 * (1 + abs(want[k])), (k, m[k], want[k])
