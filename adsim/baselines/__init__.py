@@ -9,3 +9,6 @@
 """
 from . import anomalyclip as anomalyclip
 from . import winclip as winclip
+from .anomalyclip import AnomalyCLIP as AnomalyCLIP
+from .anomalyclip import PromptLearner as PromptLearner
+from .winclip import WinCLIP as WinCLIP
