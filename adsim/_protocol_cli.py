@@ -55,7 +55,7 @@ def _common(p) -> None:
                    help="override recipe fields, e.g. gate_mode=batched loss_metric=geodesic")
     p.add_argument("--quick", action="store_true", help=f"simulated: {QUICK}")
     p.add_argument("--sim", nargs="+", default=[], metavar="NAME=VALUE",
-                   help=f"simulator parameters, of {S.SimParams._fields}")
+                   help=f"simulator parameters, of {S.SimParams._fields} (inf allowed)")
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
@@ -70,7 +70,7 @@ def sim_params(pairs, quick: bool) -> S.SimParams:
         if not sep or name not in S.SimParams._fields:
             raise ValueError(f"--sim expects NAME=VALUE with NAME in {S.SimParams._fields}, got {pair!r}")
         try:
-            over[name] = ast.literal_eval(value)
+            over[name] = float("inf") if value.strip().lower() == "inf" else ast.literal_eval(value)
         except (ValueError, SyntaxError):
             raise ValueError(f"--sim {name}: cannot parse value {value!r}") from None
     return S.validate(S.SimParams()._replace(**over))

@@ -185,6 +185,15 @@ def test_sweep_one_parameter(tmp_path):
     assert (tmp_path / "sw" / "shared=0.0" / "protocol.csv").exists()
 
 
+def test_sim_params_from_the_command_line():
+    # "inf" selects the point-mass text prior (every modality at the mean alignment)
+    from adsim._protocol_cli import sim_params
+    p = sim_params(["align_concentration=inf", "shared=0.25"], False)
+    assert p.align_concentration == float("inf") and p.shared == 0.25 and S.alignment_prior(p) is None
+    with pytest.raises(ValueError, match="align_concentration"):
+        sim_params(["align_concentration=0"], False)
+
+
 def test_sensitivity_table_and_figure_with_intervals(tmp_path):
     # A synthetic sweep table (36 (target, task, seed) pairs per value, inf among the values): the paired
     # difference and its interval must equal the mean and scipy's Student-t interval of the differences
