@@ -85,7 +85,29 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-progress", dest="progress", action="store_false")
     _dist_args(ev)
     _protocol_cli.add_parsers(sub)
+    _table_parser(sub)
     return p
+
+
+def _table_parser(sub) -> None:
+    tb = sub.add_parser("table", help="Table 1 grid: every target x method x shots (resumable per cell), "
+                        "OUT/table.csv and OUT/table.md with the paper's numbers in separate columns")
+    tb.add_argument("--data", required=True, help="BMAD in the MVFA layout")
+    tb.add_argument("--checkpoint", default=None, help="local open_clip weights (none: random, AUCs meaningless)")
+    tb.add_argument("--methods", nargs="+", required=True,
+                    help="training-free (registered zero-shot baselines) and/or trained (recipe names or "
+                         f"methods {R.CHOICES['method']}): trained once per target, leave-one-out")
+    tb.add_argument("--out", required=True)
+    tb.add_argument("--shots", nargs="+", type=int, default=[0], help="0 = zero-shot; MVFA-AD: 2 4 8 16")
+    tb.add_argument("--shot-seed", type=int, default=0, help="seed of the draw of the k normal shot images")
+    tb.add_argument("--targets", nargs="+", default=None, help=f"default: all of {D.DOMAINS}")
+    tb.add_argument("--backbone", default="ViT-L-14-336", help=f"one of {tuple(BACKBONES)}")
+    tb.add_argument("--epochs", type=int, default=None, help="trained methods (default: the recipe's)")
+    tb.add_argument("--recipe", default="clean", help=f"one of {R.names()}: the trained methods' recipe")
+    tb.add_argument("--seed", type=int, default=0)
+    tb.add_argument("--batch-size", type=int, default=16)
+    tb.add_argument("--device", default="auto")
+    tb.add_argument("--no-progress", dest="progress", action="store_false")
 
 
 def _dist_args(p) -> None:
@@ -131,6 +153,15 @@ def main(argv=None) -> int:
             print(f"wrote SIMULATED toy BMAD to {root}")
         elif args.command in ("protocol", "sweep", "figures"):
             print(_protocol_cli.main(args))
+        elif args.command == "table":
+            from .table import run as run_table
+            check_writable(args.out)  # before any work
+            done = run_table(args.out, args.data, methods=args.methods, targets=args.targets, shots=args.shots,
+                             recipe=args.recipe, backbone=args.backbone, checkpoint=args.checkpoint,
+                             epochs=args.epochs, seed=args.seed, shot_seed=args.shot_seed, device=args.device,
+                             batch_size=args.batch_size, progress=args.progress)
+            print(f"{len(done['computed'])} cells computed, {len(done['skipped'])} already done; "
+                  f"wrote {Path(args.out) / 'table.md'}")
         elif args.command == "train":
             from .train import train
             cfg = _train_config(args)

@@ -162,19 +162,21 @@ class FewShot(Method):
 
     ``images``: ``(k, 3, S, S)`` preprocessed as ``method`` expects (:func:`load_images`), or an iterable
     of such batches. ``names``: the shots' file names (recorded in :attr:`info`). ``max_bytes``: the
-    memory the bank may use (default: the device's free memory). ``forward`` returns the fused scores
+    memory the bank may use (default: the device's free memory). ``amp``: autocast dtype of the bank's
+    forward pass (use the one the test images will be scored with). ``forward`` returns the fused scores
     and maps (see the module docstring) and the wrapped method's ``patches``; :meth:`parts` returns the
     zero-shot output and the few-shot map separately."""
 
     def __init__(self, method: Method, images, *, names=(), seed: int | None = None, batch_size: int = 16,
-                 max_bytes: int | None = None):
+                 max_bytes: int | None = None, amp: torch.dtype | None = None):
         super().__init__()
         self.method = method.eval()
         self.name, self.image_size, self.grid = f"{method.name}+fewshot", method.image_size, method.grid
         self.clip_norm = method.clip_norm
         device = _device(method)
         feats, zero_maps, n_images = None, [], 0
-        with torch.inference_mode():
+        cast = torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None)
+        with torch.inference_mode(), cast:
             for x in _batches(images, batch_size):
                 out = method(x.to(device))
                 if not out.patches:
