@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 from torch import nn
 
 from . import data as D
@@ -62,6 +63,13 @@ _CHUNK_BYTES = 256 * 2 ** 20
 _TINY = 1e-6  # a spread below this is float32 rounding of a constant (1 - cos(p, p) is ~1e-7, not 0)
 
 
+def _name(item) -> str:
+    """The name of a candidate shot: a ``Sample``'s path, an ``(name, source)`` item's name, a path."""
+    if isinstance(item, D.Sample):
+        return str(item.image)
+    return str(item[0]) if isinstance(item, tuple) else str(item)
+
+
 def select_shots(candidates: list, k, *, seed: int = 0, where: str = "the support split") -> list:
     """``k`` of ``candidates`` (sorted by path first, so the draw depends on the files, not the listing
     order) drawn without replacement with ``numpy.random.default_rng(seed)``. ``k`` must be an integer in
@@ -70,7 +78,7 @@ def select_shots(candidates: list, k, *, seed: int = 0, where: str = "the suppor
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
         raise ValueError(f"--shots must be an integer in [1, {n}] ({n} normal images in {where}; "
                          f"MVFA-AD uses {SHOTS}), got {k!r}")
-    ordered = sorted(candidates, key=lambda s: str(getattr(s, "image", s)))
+    ordered = sorted(candidates, key=_name)
     pick = np.random.default_rng(seed).choice(n, size=int(k), replace=False)
     return [ordered[i] for i in sorted(pick)]
 
@@ -103,11 +111,47 @@ def exclude_shots(samples: list, shots: list) -> list:
     return kept
 
 
-def load_images(samples: list, method: Method) -> torch.Tensor:
-    """``(n, 3, S, S)`` the samples preprocessed as the method expects (size, CLIP normalisation)."""
-    ds = D.ImageDataset([s if isinstance(s, D.Sample) else D.Sample(Path(s), 0, None, "?") for s in samples],
-                        method.image_size, clip_norm=method.clip_norm)
-    return torch.stack([ds[i]["image"] for i in range(len(ds))])
+def load_images(items: list, method: Method) -> torch.Tensor:
+    """``(n, 3, S, S)``: ``items`` (``Sample`` s, paths, PIL images or ``(name, path | PIL image)``)
+    preprocessed as the method expects (``adsim.data.preprocess``: its size, CLIP normalisation).
+    A file that is not a readable image -> ``ValueError`` naming it (a shot cannot be skipped)."""
+    out = []
+    for it in items:
+        src = it.image if isinstance(it, D.Sample) else it[1] if isinstance(it, tuple) else it
+        if isinstance(src, Image.Image):
+            out.append(D.preprocess(src, method.image_size, clip_norm=method.clip_norm))
+            continue
+        try:
+            with Image.open(src) as im:
+                out.append(D.preprocess(im, method.image_size, clip_norm=method.clip_norm))
+        except (OSError, SyntaxError, ValueError) as err:
+            raise ValueError(f"shot image {src} is not a readable image ({type(err).__name__}: {err})") from None
+    return torch.stack(out)
+
+
+def attach(detector, normal_images, k: int, *, seed: int = 0, batch_size: int = 16):
+    """``detector`` in few-shot mode (``adsim.detector.Detector.with_shots``): ``k`` of ``normal_images``
+    (a folder, paths, PIL images or ``adsim.data.Sample`` s -- normal images of the target) drawn with
+    ``seed`` (:func:`select_shots`) into a :class:`FewShot` bank on the detector's device and precision.
+    Returns a new detector; its ``info`` adds the bank's record (``shots``, ``shot_seed``, ``shot_files``,
+    fusion statistics). The caller keeps the shots out of what it scores (:func:`exclude_shots`)."""
+    import copy
+
+    from .detector import image_items
+
+    if isinstance(normal_images, (list, tuple)) and normal_images and all(
+            isinstance(s, D.Sample) for s in normal_images):
+        items = [(str(s.image), s.image) for s in normal_images]
+    else:
+        items = image_items(normal_images)
+    chosen = select_shots(items, k, seed=seed, where="the given normal images")
+    images = load_images(chosen, detector.method)
+    fs = FewShot(detector.method, images, names=[Path(n).name for n, _ in chosen], seed=seed,
+                 batch_size=batch_size, amp=detector.amp)
+    fs.paths = [src for _, src in chosen]
+    new = copy.copy(detector)
+    new.method, new.info = fs, {**detector.info, **fs.info}
+    return new
 
 
 def _device(module: nn.Module) -> torch.device:
@@ -257,3 +301,17 @@ class FewShot(Method):
         extra = self.weight * (few - self.mu_f)
         score = out.scores.float() + self.weight * (few.flatten(1).amax(dim=1) - self.mu_f)
         return Output(score, out.maps.float() + extra, out.patches)
+
+
+def for_target(detector, data, target: str, k: int, *, seed: int = 0, batch_size: int = 16) -> tuple:
+    """Few-shot evaluation on ``target`` of the BMAD folder ``data``: ``(detector with k shots drawn from
+    the target's valid normals, the target's test samples WITHOUT the shots, record)``; the record
+    (``shots``, ``shot_seed``, ``shot_split``, ``shot_files``, ``fusion``) goes into metrics.json."""
+    chosen = support_shots(data, target, k, seed=seed)
+    detector = detector.with_shots(chosen, k, seed=seed, batch_size=batch_size)
+    samples = exclude_shots(D.list_split(data, target, "test"), chosen)
+    info = detector.info
+    record = {"shots": info["shots"], "shot_seed": seed, "shot_split": "valid", "shot_files": info["shot_files"],
+              "fusion": {key: info[key] for key in ("fusion", "mu_0", "sd_0", "mu_f", "sd_f", "weight",
+                                                    "normal_stats")}}
+    return detector, samples, record

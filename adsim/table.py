@@ -103,22 +103,29 @@ def _detector(out, data, target, method, opts):
     return Detector.from_run(run, device=opts["device"])
 
 
-def evaluate_cell(detector, data, target: str, shots: int, *, shot_seed: int = 0, batch_size: int = 16) -> dict:
-    """Metrics of one cell (the :class:`adsim.metrics.Accumulator` keys, percent) on ``target``'s test
-    split; ``shots > 0``: few-shot with the shots of :func:`adsim.fewshot.support_shots`, which are
-    excluded from the scored images."""
-    from .evaluate import evaluate_detector
-    from .fewshot import exclude_shots, support_shots
+def evaluate_cell(detector, data, target: str, shots: int, *, shot_seed: int = 0, smooth_sigma: float = 0.0,
+                  batch_size: int = 16) -> dict:
+    """Metrics of one cell on ``target``'s test split, streamed batch by batch into
+    :class:`adsim.metrics.Accumulator` (its keys, percent; pixel maps Gaussian-smoothed with
+    ``smooth_sigma`` first). ``shots > 0``: few-shot, with the shots of :func:`adsim.fewshot.support_shots`
+    (the target's ``valid`` normals), which are excluded from the scored images."""
+    from .evaluate import smooth
+    from .fewshot import for_target
+    from .metrics import Accumulator
 
-    samples = D.list_split(data, target, "test")
-    info = {}
+    samples, info = D.list_split(data, target, "test"), {}
     if shots:
-        chosen = support_shots(data, target, shots, seed=shot_seed)
-        detector = detector.with_shots([s.image for s in chosen], shots, seed=shot_seed)
-        samples = exclude_shots(samples, chosen)
-        info = {"shot_files": [s.image.name for s in chosen], "shot_split": "valid", "shot_seed": shot_seed}
-    metrics = evaluate_detector(detector, samples, pixel=target in D.MASKED, batch_size=batch_size)
-    return {**metrics, **info, "n_images": len(samples)}
+        detector, samples, info = for_target(detector, data, target, shots, seed=shot_seed, batch_size=batch_size)
+    D.require_both_classes(samples, f"{target} test split")
+    pixel = target in D.MASKED
+    acc = Accumulator(pixel=pixel)
+    for out, batch in detector.score_samples(samples, batch_size=batch_size, maps=pixel):
+        if pixel:
+            acc.update(out.scores, batch["label"].numpy(), smooth(out.maps, smooth_sigma),
+                       batch["mask"].numpy() > 0.5)
+        else:
+            acc.update(out.scores, batch["label"].numpy())
+    return {**acc.compute(), **info, "smooth_sigma": smooth_sigma if pixel else None}
 
 
 def _paper_columns(methods) -> dict:
@@ -143,7 +150,7 @@ def build_table(out, targets, methods, shots) -> pd.DataFrame:
                 path = out / "cells" / cell_name(t, m, k)
                 cell = read_json(path)["metrics"] if path.is_file() else {}
                 row[f"{m} k={k} AC"] = cell.get("image_auroc", np.nan)
-                if t in D.MASKED:
+                if any(x in D.MASKED for x in targets):  # AS: masked targets only (others: missing)
                     row[f"{m} k={k} AS"] = cell.get("pixel_auroc", np.nan)
         rows.append(row)
     df = pd.DataFrame(rows)
@@ -172,7 +179,9 @@ def write_outputs(out, targets, methods, shots, record: dict) -> pd.DataFrame:
               "AS = pixel (masked domains only); k = number of normal target images in the few-shot bank "
               "(k = 0: zero-shot).",
               f"Columns headed \"paper-reported\": {REF.TABLE1_SOURCE} (real BMAD, the authors' runs; "
-              "zero-shot only), never computed here.", ""]
+              "zero-shot only), never computed here; the row shown for each method: "
+              + ", ".join(f"{m} -> {PAPER_ROW[m]}" for m in record["methods"] if m in PAPER_ROW)
+              + " (\"Ours\" is the paper's recipe; this run trained with the recipe named above).", ""]
     if not record["pretrained"]:
         header += [f"**{RANDOM_WEIGHTS}**", ""]
     md = "\n".join(header) + "\n" + _markdown(df) + "\n"
@@ -210,8 +219,10 @@ def run(out, data, *, methods, targets=None, shots=(0,), recipe: str = "clean", 
         if (t, m) not in base:  # one detector per (target, method) at a time, reused across k
             base = {(t, m): _detector(out, data, t, m, opts)}
         det = base[(t, m)]
-        metrics = evaluate_cell(det, data, t, k, shot_seed=shot_seed, batch_size=batch_size)
-        pretrained = bool(det.info.get("pretrained", False))
+        cfg = det.info.get("config")  # trained: the run's recipe sigma; training-free: --recipe's
+        sigma = cfg.smooth_sigma if cfg is not None else R.get(recipe).smooth_sigma
+        metrics = evaluate_cell(det, data, t, k, shot_seed=shot_seed, smooth_sigma=sigma, batch_size=batch_size)
+        pretrained = bool(det.info["backbone"].pretrained)
         write_json(out / "cells" / cell_name(t, m, k),
                    {"key": {"target": t, "method": m, "shots": k}, "metrics": metrics, "pretrained": pretrained,
                     "seconds": time.perf_counter() - t0})

@@ -1,4 +1,5 @@
 """Few-shot mode (adsim.fewshot): the memory bank, its distances, the fusion, shot selection and exclusion."""
+import json
 import shutil
 
 import numpy as np
@@ -7,6 +8,7 @@ import torch
 from scipy.spatial.distance import cdist
 
 from adsim import data as D
+from adsim.__main__ import main
 from adsim._method import HeadMethod, Method, Output
 from adsim.fewshot import FewShot, exclude_shots, load_images, nn_distance, select_shots, support_shots
 from adsim.head import Head, prompt_ensemble, text_embeddings
@@ -165,3 +167,42 @@ def test_one_shot_uses_within_image_statistics(method, images):
     shots, _ = images
     fs = FewShot(method, shots[:1])
     assert fs.k == 1 and "k=1" in fs.info["normal_stats"] and fs.info["sd_f"] > 0
+
+
+def test_eval_cli_few_shot_records_the_shots_and_never_scores_them(toy_root, tmp_path, capsys):
+    root = tmp_path / "bmad"
+    shutil.copytree(toy_root, root)
+    shots = support_shots(root, "Brain", 2, seed=3)
+    # a byte-identical copy of a shot inside the test split: must not be scored
+    normal_test = next(s for s in D.list_split(root, "Brain", "test") if s.label == 0)
+    shutil.copy(shots[1].image, normal_test.image)
+    run = tmp_path / "run"
+    tiny = ["--backbone", "tiny", "--batch-size", "8", "--no-progress"]
+    assert main(["train", "--data", str(root), "--target", "Brain", "--out", str(run), "--epochs", "1", *tiny]) == 0
+    assert main(["eval", "--run", str(run), "--data", str(root), "--shots", "2", "--shot-seed", "3",
+                 "--no-progress"]) == 0
+    m = json.loads((run / "metrics.json").read_text())
+    assert (m["shots"], m["shot_seed"], m["shot_split"]) == (2, 3, "valid")
+    assert m["shot_files"] == [s.image.name for s in shots]
+    assert m["n_images"] == 3  # 4 test images minus the copy of a shot
+    assert m["fusion"]["weight"] > 0 and 0 <= m["image_auc"] <= 100 and 0 <= m["pixel_auc"] <= 100
+    capsys.readouterr()
+    assert main(["eval", "--run", str(run), "--data", str(root), "--shots", "3", "--no-progress"]) == 2
+    assert "--shots must be an integer in [1, 2]" in capsys.readouterr().err
+
+
+def test_detector_with_shots_from_a_folder(method, toy_root):
+    from adsim.detector import Detector
+    det = Detector(method, device="cpu")
+    normals = toy_root / "Liver_AD" / "valid" / "good" / "img"
+    few = det.with_shots(normals, 2, seed=0)
+    assert det.method is method and few.method.method is method  # the zero-shot detector is unchanged
+    assert few.info["shots"] == 2 and few.info["shot_files"] == sorted(p.name for p in normals.iterdir())
+    pred = few.predict(toy_root / "Liver_AD" / "test" / "Ungood" / "img")
+    assert pred.scores.shape == (2,) and pred.maps.shape == (2, 64, 64)
+    x = load_images(sorted((toy_root / "Liver_AD" / "test" / "Ungood" / "img").iterdir()), method)
+    with torch.no_grad():
+        ref = FewShot(method, load_images(sorted(normals.iterdir()), method))(x)
+    np.testing.assert_allclose(pred.scores, ref.scores.numpy(), rtol=1e-5, atol=1e-4)  # same as FewShot itself
+    with pytest.raises(ValueError, match=r"--shots must be an integer in \[1, 2\]"):
+        det.with_shots(normals, 5)
