@@ -188,17 +188,20 @@ def nn_distance(patches: torch.Tensor, bank: torch.Tensor, *, exclude=None) -> t
     m = bank.shape[0]
     step = max(1, _CHUNK_BYTES // max(1, n * m * 4))
     out = []
-    for i in range(0, b, step):
-        sim = patches[i:i + step].float() @ bank.float().T  # (c, N, M)
-        if exclude is not None:
-            sim = sim.masked_fill(exclude[i:i + step], float("-inf"))
-        out.append(1.0 - sim.amax(dim=-1))
+    # float32 even under autocast: 1 - cos of near neighbours is ~1e-2, below bf16's resolution near 1
+    with torch.autocast(patches.device.type, enabled=False):
+        for i in range(0, b, step):
+            sim = patches[i:i + step].float() @ bank.float().T  # (c, N, M)
+            if exclude is not None:
+                sim = sim.masked_fill(exclude[i:i + step], float("-inf"))
+            out.append(1.0 - sim.amax(dim=-1))
     return torch.cat(out)
 
 
 def _upsample(d: torch.Tensor, grid: int, size: int) -> torch.Tensor:
-    return nn.functional.interpolate(d.reshape(-1, 1, grid, grid), size=(size, size), mode="bilinear",
-                                     align_corners=False)[:, 0]
+    with torch.autocast(d.device.type, enabled=False):
+        return nn.functional.interpolate(d.float().reshape(-1, 1, grid, grid), size=(size, size), mode="bilinear",
+                                         align_corners=False)[:, 0]
 
 
 class FewShot(Method):
@@ -298,9 +301,10 @@ class FewShot(Method):
 
     def forward(self, images: torch.Tensor) -> Output:
         out, few = self.parts(images)
-        extra = self.weight * (few - self.mu_f)
-        score = out.scores.float() + self.weight * (few.flatten(1).amax(dim=1) - self.mu_f)
-        return Output(score, out.maps.float() + extra, out.patches)
+        with torch.autocast(images.device.type, enabled=False):
+            extra = self.weight * (few - self.mu_f)
+            score = out.scores.float() + self.weight * (few.flatten(1).amax(dim=1) - self.mu_f)
+            return Output(score, out.maps.float() + extra, out.patches)
 
 
 def for_target(detector, data, target: str, k: int, *, seed: int = 0, batch_size: int = 16) -> tuple:

@@ -206,3 +206,25 @@ def test_detector_with_shots_from_a_folder(method, toy_root):
     np.testing.assert_allclose(pred.scores, ref.scores.numpy(), rtol=1e-5, atol=1e-4)  # same as FewShot itself
     with pytest.raises(ValueError, match=r"--shots must be an integer in \[1, 2\]"):
         det.with_shots(normals, 5)
+
+
+def test_distances_stay_float32_under_autocast_and_chunking(method, images, monkeypatch):
+    shots, test = images
+    fs = FewShot(method, shots)
+    with torch.no_grad():
+        _, ref = fs.parts(test)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _, cast = fs.parts(test)
+        monkeypatch.setattr("adsim.fewshot._CHUNK_BYTES", 1)  # one image per chunk
+        _, chunked = fs.parts(test)
+    assert cast.dtype == torch.float32
+    # the method's own features may move under bf16 autocast, the distance arithmetic may not: compare with
+    # the patches of the same (autocast) forward
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        pt = method(test).patches
+    with torch.no_grad():  # outside autocast: float32 reference
+        d = torch.stack([nn_distance(p.float(), b) for p, b in zip(pt, fs.bank)])
+        up = torch.nn.functional.interpolate(d.mean(0).reshape(-1, 1, method.grid, method.grid),
+                                             size=method.image_size, mode="bilinear")[:, 0]
+    torch.testing.assert_close(cast, up, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(chunked, ref, atol=0, rtol=0)
