@@ -2,8 +2,9 @@
 
 The detector of "Beyond Pooling" (§"Matching for Anomaly Detection", Algorithm 1) on a frozen
 open_clip ViT. Its centroid gates and updates are ``poolsim._core`` run on torch tensors.
-CLI: ``python -m adsim {make-toy-bmad,train,eval,protocol,sweep,figures}``. ``protocol`` runs the
-leave-one-out domain-addition protocol with the DA score on real images or on the SIMULATED token
+CLI: ``python -m adsim {make-toy-bmad,train,eval,predict,protocol,sweep,figures}``; Python:
+``adsim.Detector.from_run(RUN).predict(images)`` (``adsim.detector``, the one inference path).
+``protocol`` runs the leave-one-out domain-addition protocol with the DA score on real images or on the SIMULATED token
 features of ``adsim.sim`` (CPU); ``figures`` draws its figures and table, with the paper's numbers
 (``adsim.reference``) beside them, never mixed. ``train`` runs data-parallel under torchrun
 (``adsim.distributed``) and can cache the frozen trunk (``adsim.cache``).
@@ -14,6 +15,9 @@ from .backbone import build_backbone as build_backbone
 from .cache import build_trunk_cache as build_trunk_cache
 from .data import DOMAINS as DOMAINS
 from .data import MASKED as MASKED
+from .detector import Detector as Detector
+from .detector import Prediction as Prediction
+from .detector import UnreadableImageWarning as UnreadableImageWarning
 from .evaluate import evaluate as evaluate
 from .head import VACA as VACA
 from .head import SCORES as SCORES

@@ -1,4 +1,4 @@
-"""``python -m adsim {make-toy-bmad,train,eval,protocol,sweep,figures}`` -- see ``python -m adsim COMMAND --help``."""
+"""``python -m adsim {make-toy-bmad,train,eval,predict,protocol,sweep,figures}`` -- see ``python -m adsim COMMAND --help``."""
 from __future__ import annotations
 
 import argparse
@@ -83,7 +83,25 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--device", default="auto")
     ev.add_argument("--no-progress", dest="progress", action="store_false")
+    ev.add_argument("--overlays", type=int, default=0, metavar="N",
+                    help="also write the N most and N least anomalous test images' heatmaps to RUN/overlays/")
     _dist_args(ev)
+
+    pr = sub.add_parser("predict", help="score any images (no labels): DIR/scores.csv + one overlay PNG each")
+    pr.add_argument("images", nargs="+", help="image files and/or folders (every file of a folder is tried)")
+    src = pr.add_mutually_exclusive_group(required=True)
+    src.add_argument("--run", help="a trained run folder")
+    src.add_argument("--zero-shot", metavar="METHOD", help="a training-free method (adsim._method.ZERO_SHOT)")
+    pr.add_argument("--out", required=True, help="output folder")
+    pr.add_argument("--checkpoint", default=None,
+                    help="with --run: auto|last|best (default auto); with --zero-shot: local backbone weights")
+    pr.add_argument("--backbone", default="ViT-L-14-336", help=f"with --zero-shot: one of {tuple(BACKBONES)}")
+    pr.add_argument("--image-size", type=int, default=None, help="with --zero-shot")
+    pr.add_argument("--batch-size", type=int, default=16)
+    pr.add_argument("--device", default="auto")
+    pr.add_argument("--strict", action="store_true", help="fail on an unreadable file instead of skipping it")
+    pr.add_argument("--no-overlays", dest="overlays", action="store_false")
+    pr.add_argument("--no-progress", dest="progress", action="store_false")
     _protocol_cli.add_parsers(sub)
     _table_parser(sub)
     return p
@@ -139,6 +157,42 @@ def _smooth_sigma(run) -> float:
     return float(read_json(path)["config"].get("smooth_sigma", 4.0)) if path.is_file() else 4.0
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _predict(args) -> str:
+    """``predict``: scores.csv (path, score; written atomically) and, unless ``--no-overlays``, one
+    overlay PNG per image in ``--out``; unreadable files are skipped with one ``warning:`` line each."""
+    import csv
+    import io
+    import warnings
+
+    from ._io import _atomic
+    from .detector import Detector, UnreadableImageWarning
+    check_writable(args.out)  # before any work
+    if args.run is not None:
+        if args.backbone != "ViT-L-14-336" or args.image_size is not None:
+            raise ValueError("--backbone and --image-size go with --zero-shot; a run folder fixes its own")
+        det = Detector.from_run(args.run, checkpoint=args.checkpoint or "auto", device=args.device)
+    else:
+        det = Detector.zero_shot(args.zero_shot, backbone=args.backbone, checkpoint=args.checkpoint,
+                                 image_size=args.image_size, device=args.device)
+    out = Path(args.out)
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning  # the CLI reports each skipped file on one line
+        warnings.simplefilter("always", UnreadableImageWarning)
+        pred = det.predict(args.images, batch_size=args.batch_size, maps=False, progress=args.progress,
+                           strict=args.strict, overlays=out / "overlays" if args.overlays else None)
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["path", "score"])
+    writer.writerows((p, repr(float(s))) for p, s in zip(pred.paths, pred.scores))
+    _atomic(out / "scores.csv", lambda fh: fh.write(text.getvalue().encode()))
+    return (f"scored {len(pred.paths)} images with {det.method.name}: {out / 'scores.csv'}"
+            + (f", overlays in {out / 'overlays'}" if args.overlays else ""))
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -151,6 +205,8 @@ def main(argv=None) -> int:
             check_writable(args.dir, "make-toy-bmad DIR")  # before any work
             root = make_toy_bmad(args.dir, n_per_class=args.n_per_class, size=args.size, seed=args.seed)
             print(f"wrote SIMULATED toy BMAD to {root}")
+        elif args.command == "predict":
+            print(_predict(args))
         elif args.command in ("protocol", "sweep", "figures"):
             print(_protocol_cli.main(args))
         elif args.command == "table":
@@ -179,7 +235,7 @@ def main(argv=None) -> int:
             sigma = args.smooth_sigma if args.smooth_sigma is not None else _smooth_sigma(args.run)
             metrics = evaluate(args.run, args.data, args.target, checkpoint=args.checkpoint,
                                smooth_sigma=sigma, batch_size=args.batch_size, device=args.device,
-                               progress=args.progress, scoring=args.score)
+                               progress=args.progress, scoring=args.score, overlays=args.overlays)
             if distributed.is_main():
                 print(json.dumps(metrics, indent=2))
     except ValueError as err:

@@ -73,3 +73,36 @@ def register_zero_shot(name: str, build: Callable[..., Method]) -> None:
 
 def register_trained(name: str, load: Callable[..., Method]) -> None:
     TRAINED[name] = load
+
+
+def _state_mismatch(own: dict, saved: dict) -> str:
+    """What differs between a module's state dict and a saved one ('' when they fit)."""
+    missing = sorted(set(own) - set(saved))
+    unexpected = sorted(set(saved) - set(own))
+    shapes = [f"{k} {tuple(saved[k].shape)} vs {tuple(own[k].shape)}" for k in own
+              if k in saved and hasattr(saved[k], "shape") and tuple(saved[k].shape) != tuple(own[k].shape)]
+    parts = [f"{label} {items[:4]}{' ...' if len(items) > 4 else ''}" for label, items in
+             (("missing", missing), ("unexpected", unexpected), ("shape saved vs expected:", shapes)) if items]
+    return "; ".join(parts)
+
+
+def load_head_method(cfg, backbone, record: dict, state: dict) -> HeadMethod:
+    """:data:`TRAINED` loader of ``naive`` / ``match`` runs: the adapter head of ``cfg`` (``make_head``)
+    with the run's prompts' text embeddings and the checkpoint ``state``; a state dict that does not fit
+    -> ``ValueError`` naming the missing, unexpected and mis-shaped entries."""
+    from .head import text_embeddings
+    from .train import make_head
+
+    spec = backbone.spec
+    device = next(backbone.model.parameters()).device
+    head = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(backbone, record["prompts"])).to(device)
+    diff = _state_mismatch(head.state_dict(), state)
+    if diff:
+        raise ValueError(f"the checkpoint's head does not fit the {cfg.method!r} head this adsim version builds "
+                         f"from the run's config ({diff})")
+    head.load_state_dict(state)
+    return HeadMethod(backbone, head, scoring=cfg.scoring, clip_norm=cfg.clip_norm, name=cfg.method)
+
+
+register_trained("naive", load_head_method)
+register_trained("match", load_head_method)

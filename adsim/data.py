@@ -82,14 +82,30 @@ def require_both_classes(samples: list, what: str) -> None:
                          "AUC needs both normal and anomalous images")
 
 
+_MEAN = torch.tensor(OPENAI_DATASET_MEAN).view(3, 1, 1)
+_STD = torch.tensor(OPENAI_DATASET_STD).view(3, 1, 1)
+
+
+def preprocess(image: Image.Image, size: int, *, clip_norm: bool = True) -> torch.Tensor:
+    """The training preprocessing of one image: RGB, bicubic resize to ``size x size``, ``[0, 1]``, CLIP
+    mean/std normalisation when ``clip_norm``. Returns ``(3, size, size)`` float32. Any image size is
+    accepted (mismatched sizes are resized, as in training)."""
+    img = image.convert("RGB").resize((size, size), Image.BICUBIC)
+    x = torch.from_numpy(np.asarray(img, dtype=np.float32) / 255.0).permute(2, 0, 1)
+    return (x - _MEAN) / _STD if clip_norm else x
+
+
+def unnormalise(x: torch.Tensor, *, clip_norm: bool = True) -> torch.Tensor:
+    """Inverse of :func:`preprocess`'s normalisation: ``(..., 3, S, S)`` -> RGB in ``[0, 1]``."""
+    return (x.cpu() * _STD + _MEAN).clamp(0, 1) if clip_norm else x.cpu().clamp(0, 1)
+
+
 class ImageDataset(torch.utils.data.Dataset):
     """Items: ``image (3, S, S)`` float, ``mask (S, S)`` 0/1, ``has_mask`` (a normal image's mask is
     all zero and known; an anomalous image without a mask has ``has_mask = 0``), ``label``, ``index``."""
 
     def __init__(self, samples: list, size: int, *, clip_norm: bool = True):
         self.samples, self.size, self.clip_norm = list(samples), size, clip_norm
-        self.mean = torch.tensor(OPENAI_DATASET_MEAN).view(3, 1, 1)
-        self.std = torch.tensor(OPENAI_DATASET_STD).view(3, 1, 1)
 
     def __len__(self):
         return len(self.samples)
@@ -97,10 +113,7 @@ class ImageDataset(torch.utils.data.Dataset):
     def __getitem__(self, i):
         s = self.samples[i]
         with Image.open(s.image) as im:
-            img = im.convert("RGB").resize((self.size, self.size), Image.BICUBIC)
-        x = torch.from_numpy(np.asarray(img, dtype=np.float32) / 255.0).permute(2, 0, 1)
-        if self.clip_norm:
-            x = (x - self.mean) / self.std
+            x = preprocess(im, self.size, clip_norm=self.clip_norm)
         if s.mask is not None:
             with Image.open(s.mask) as im:
                 m = np.asarray(im.convert("L").resize((self.size, self.size), Image.NEAREST)) > 127

@@ -21,25 +21,33 @@ from tqdm.auto import tqdm
 
 from . import data as D
 from . import distributed as DD
-from ._io import autocast_dtype, load_torch, read_json, resolve_device, write_json
-from .backbone import build_backbone, fingerprint
-from .head import DEFAULT_SCORE, anomaly_maps, check_score, features, image_scores, text_embeddings
+from ._io import write_json
+from ._method import HeadMethod
+from .detector import CHECKPOINTS as CHECKPOINTS
+from .detector import Detector
+from .head import DEFAULT_SCORE, anomaly_maps, check_score, image_scores
 
-CHECKPOINTS = ("auto", "last", "best")
 
-
-@torch.no_grad()
-def score(backbone, head, samples, *, clip_norm: bool, device, precision: str = "auto", batch_size: int = 16,
-          maps: bool = False, progress: bool = False, desc: str = "scoring", scoring: str = DEFAULT_SCORE) -> dict:
-    """``{"scores": (n,), "labels": (n,), "maps": (n, S, S) or None, "masks": ...}`` as NumPy.
-    Under torchrun each rank scores ``samples[rank::size]`` and every rank gets all ``n`` results."""
-    spec = backbone.spec
+def score(detector, samples, *, batch_size: int = 16, maps: bool = False, progress: bool = False,
+          desc: str = "scoring", smooth_sigma: float = 0.0) -> dict:
+    """``{"scores": (n,), "labels": (n,), "maps": (n, S, S) or None, "masks": ...}`` as NumPy, scored by
+    ``detector`` (``adsim.detector.Detector.score_samples``, batch by batch); maps are smoothed per image
+    with ``smooth_sigma`` as they stream. Under torchrun each rank scores ``samples[rank::size]`` and
+    every rank gets all ``n`` results."""
     part = DD.shard(samples)  # [distributed] all samples with one process
-    loader = torch.utils.data.DataLoader(D.ImageDataset(part, spec.image_size, clip_norm=clip_norm),
-                                         batch_size=batch_size, shuffle=False)
-    out = score_batches(head, loader, lambda x: features(backbone, head, x), grid=spec.grid,
-                        size=spec.image_size, device=device, amp=autocast_dtype(precision, device),
-                        maps=maps, progress=progress and DD.is_main(), desc=desc, scoring=scoring) if part else None
+    out = None
+    if part:
+        # the per-batch metric inputs; a streaming metric (adsim.metrics) can consume them here instead
+        scores, labels, all_maps, masks = [], [], [], []
+        for o, batch in detector.score_samples(part, batch_size=batch_size, maps=maps,
+                                               progress=progress and DD.is_main(), desc=desc):
+            scores.append(o.scores)
+            labels.append(batch["label"].numpy())
+            if maps:
+                all_maps.append(smooth(o.maps, smooth_sigma))
+                masks.append(batch["mask"].numpy().astype(bool))
+        out = {"scores": np.concatenate(scores), "labels": np.concatenate(labels),
+               "maps": np.concatenate(all_maps) if maps else None, "masks": np.concatenate(masks) if maps else None}
     return DD.gather_arrays(out, len(samples))
 
 
@@ -72,10 +80,14 @@ def auc_percent(labels, scores) -> float:
     return 100.0 * float(roc_auc_score(labels, np.asarray(scores).ravel()))
 
 
-def smooth(maps: np.ndarray, sigma: float) -> np.ndarray:
+def check_sigma(sigma: float) -> float:
     if sigma < 0 or not math.isfinite(sigma):
         raise ValueError(f"smoothing sigma must be a finite number >= 0, got {sigma!r}")
-    if sigma == 0:
+    return sigma
+
+
+def smooth(maps: np.ndarray, sigma: float) -> np.ndarray:
+    if check_sigma(sigma) == 0:
         return maps
     return np.stack([gaussian_filter(m, sigma=sigma) for m in maps])
 
@@ -84,14 +96,15 @@ def selection_score(backbone, head, samples, cfg, device) -> float:
     """Model-selection criterion: mean over domains of the image AUC (plus pixel AUC where masks
     exist, averaged). With ``select="heldout"`` the samples are held-out *training-domain* data."""
     was_training = head.training
+    detector = Detector(HeadMethod(backbone, head, scoring=run_score(cfg), clip_norm=cfg.clip_norm, name=cfg.method),
+                        device=device, precision=cfg.precision)
     values = []
     for domain in sorted({s.domain for s in samples}):
         sub = [s for s in samples if s.domain == domain]
         if len({s.label for s in sub}) < 2:
             continue
         has_masks = domain in D.MASKED
-        out = score(backbone, head, sub, clip_norm=cfg.clip_norm, device=device, precision=cfg.precision,
-                    batch_size=cfg.batch_size, maps=has_masks, scoring=run_score(cfg))
+        out = score(detector, sub, batch_size=cfg.batch_size, maps=has_masks)
         values.append(auc_percent(out["labels"], out["scores"]))
         if has_masks and out["masks"].any():
             values.append(auc_percent(out["masks"], out["maps"]))
@@ -106,70 +119,69 @@ def run_score(cfg, override: str | None = None) -> str:
     return check_score(override or getattr(cfg, "scoring", None) or DEFAULT_SCORE)
 
 
-def load_run(run, *, checkpoint: str = "auto", device: str = "auto"):
-    """Rebuild ``(cfg, backbone, head, checkpoint_info, device)`` of a run folder."""
-    from .train import TrainConfig, make_head
-
-    run = Path(run)
-    if not (run / "config.json").is_file():
-        raise ValueError(f"{run} is not a run folder (no config.json)")
-    record = read_json(run / "config.json")
-    cfg = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["config"].items()})
-    if checkpoint not in CHECKPOINTS:
-        raise ValueError(f"checkpoint must be one of {CHECKPOINTS}, got {checkpoint!r}")
-    if checkpoint == "auto":
-        checkpoint = "best" if cfg.select != "last" else "last"
-    path = run / f"checkpoint_{checkpoint}.pt"
-    if not path.is_file():
-        raise ValueError(f"missing checkpoint {path}")
-    dev = resolve_device(device)
-    backbone = build_backbone(cfg.backbone, image_size=cfg.image_size, checkpoint=cfg.checkpoint,
-                              quick_gelu=cfg.quick_gelu, seed=cfg.seed, device=dev)
-    fp = fingerprint(backbone.model)
-    if not math.isclose(fp, record["backbone_fingerprint"], rel_tol=1e-9, abs_tol=1e-6):
-        raise ValueError(f"backbone weights differ from the run's (fingerprint {fp} vs "
-                         f"{record['backbone_fingerprint']}): wrong --checkpoint or a changed file")
-    head = make_head(cfg, backbone.spec.width, backbone.spec.embed_dim,
-                     text_embeddings(backbone, record["prompts"])).to(dev)
-    ckpt = load_torch(path, map_location=dev)
-    try:
-        head.load_state_dict(ckpt["head"])
-    except (RuntimeError, KeyError) as err:
-        raise ValueError(f"checkpoint {path} does not fit this run's head: {err}") from err
-    return cfg, backbone, head, {"file": path.name, "epoch": int(ckpt["epoch"])}, dev
-
-
 def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", smooth_sigma: float = 4.0,
-             batch_size: int = 16, device: str = "auto", progress: bool = True, scoring: str | None = None) -> dict:
+             batch_size: int = 16, device: str = "auto", progress: bool = True, scoring: str | None = None,
+             overlays: int = 0) -> dict:
     """Score the target's test split and write ``RUN/metrics.json``; returns the metrics dict.
-    ``scoring``: one of ``adsim.head.SCORES`` (default: the run's, else ``"logit_max"``)."""
-    cfg, backbone, head, info, dev = load_run(run, checkpoint=checkpoint, device=device)
-    scoring = run_score(cfg, scoring)
+    ``scoring``: one of ``adsim.head.SCORES`` (default: the run's, else ``"logit_max"``).
+    ``overlays=N``: also write the ``N`` most and the ``N`` least anomalous test images' heatmaps
+    (ground-truth contour where a mask exists) to ``RUN/overlays/`` (``adsim.overlays``)."""
+    check_sigma(smooth_sigma)
+    if not isinstance(overlays, int) or isinstance(overlays, bool) or overlays < 0:
+        raise ValueError(f"overlays must be an integer >= 0, got {overlays!r}")
+    detector = Detector.from_run(run, checkpoint=checkpoint, device=device, scoring=scoring)
+    cfg, spec = detector.info["config"], detector.info["backbone"]
     target = D.canonical_domain(target or cfg.target)
     if target in cfg.train_domains:
         raise ValueError(f"{target} was a training domain of this run: not a zero-shot evaluation")
     samples = D.list_split(data, target, "test")
     D.require_both_classes(samples, f"{target} test split")
     has_masks = target in D.MASKED
-    out = score(backbone, head, samples, clip_norm=cfg.clip_norm, device=dev, precision=cfg.precision,
-                batch_size=batch_size, maps=has_masks, progress=progress, desc=f"eval {target}", scoring=scoring)
+    out = score(detector, samples, batch_size=batch_size, maps=has_masks, progress=progress,
+                desc=f"eval {target}", smooth_sigma=smooth_sigma)
     metrics = {"target": target, "image_auc": auc_percent(out["labels"], out["scores"]),
                "n_images": int(len(samples)), "n_anomalous": int(out["labels"].sum()),
-               "checkpoint": info, "select": cfg.select, "method": cfg.method, "metric": cfg.metric,
-               "vaca": cfg.vaca, "gate_mode": cfg.gate_mode, "backbone": cfg.backbone, "seed": cfg.seed,
-               "train_domains": list(cfg.train_domains), "pretrained": backbone.spec.pretrained,
-               "auc_unit": "percent", "zero_shot": cfg.select != "test", "scoring": scoring}
+               "checkpoint": detector.info["checkpoint"], "select": cfg.select, "method": cfg.method,
+               "metric": cfg.metric, "vaca": cfg.vaca, "gate_mode": cfg.gate_mode, "backbone": cfg.backbone,
+               "seed": cfg.seed, "train_domains": list(cfg.train_domains), "pretrained": spec.pretrained,
+               "auc_unit": "percent", "zero_shot": cfg.select != "test", "scoring": cfg.scoring}
     if has_masks:
         if not out["masks"].any():
             raise ValueError(f"{target} test masks contain no anomalous pixel: pixel AUC undefined")
-        metrics["pixel_auc"] = auc_percent(out["masks"], smooth(out["maps"], smooth_sigma))
+        metrics["pixel_auc"] = auc_percent(out["masks"], out["maps"])
         metrics["smooth_sigma"] = smooth_sigma
     if cfg.select == "test":
         metrics["warning"] = ("checkpoint selected on the target's test set (authors' protocol): "
                               "optimistic, NOT a zero-shot result")
-    if not backbone.spec.pretrained:
+    if not spec.pretrained:
         metrics["warning_weights"] = "random backbone weights: AUCs are meaningless (test/timing run)"
     if DD.is_main():
         write_json(Path(run) / "metrics.json", metrics)
+        if overlays:
+            write_extremes(detector, samples, out["scores"], overlays, Path(run) / "overlays",
+                           batch_size=batch_size)
     DD.barrier()
     return metrics
+
+
+def write_extremes(detector, samples: list, scores: np.ndarray, n: int, folder, *, batch_size: int = 16) -> list:
+    """Overlays of the ``n`` most and the ``n`` least anomalous ``samples`` by ``scores`` (``(len(samples),)``,
+    e.g. from :func:`score`), re-scored by ``detector`` (only these ``<= 2 n`` images, so no map of the
+    whole split is kept): ``most_01_<stem>.png`` ... and ``least_01_<stem>.png`` ... in ``folder``.
+    Returns the paths written."""
+    from .overlays import write_overlay
+    order = np.argsort(np.asarray(scores), kind="stable")
+    picks = [(f"most_{r + 1:02d}", int(i)) for r, i in enumerate(order[::-1][:n])]
+    picks += [(f"least_{r + 1:02d}", int(i)) for r, i in enumerate(order[:n])]
+    chosen = [samples[i] for _, i in picks]
+    written, k = [], 0
+    for o, batch in detector.score_samples(chosen, batch_size=batch_size, desc="overlays"):
+        rgb = D.unnormalise(batch["image"], clip_norm=detector.method.clip_norm).permute(0, 2, 3, 1).numpy()
+        for j in range(len(o.scores)):
+            tag, s = picks[k][0], chosen[k]
+            mask = batch["mask"][j].numpy() > 0.5 if s.mask is not None else None
+            label = "anomalous" if s.label else "normal"
+            written.append(write_overlay(Path(folder) / f"{tag}_{s.image.stem}.png", rgb[j], o.maps[j], mask,
+                                         score=float(o.scores[j]), title=f"{tag.replace('_', ' ')}: {label}"))
+            k += 1
+    return written
