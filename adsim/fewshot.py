@@ -97,14 +97,18 @@ def _digest(path) -> str:
 
 
 def exclude_shots(samples: list, shots: list) -> list:
-    """``samples`` without the shot images: same file (resolved path) or same content (SHA-1 of the
-    bytes, so a copy of a shot elsewhere in the data set is not scored either)."""
-    paths = {Path(getattr(s, "image", s)).resolve() for s in shots}
+    """``samples`` (``Sample`` s or paths) without the shot images (``Sample`` s or paths; PIL images are
+    ignored): same file (resolved path) or same content (SHA-1 of the bytes, so a copy of a shot elsewhere
+    in the data set is not scored either)."""
+    paths = {Path(getattr(s, "image", s)).resolve() for s in shots if not isinstance(s, Image.Image)}
     digests = {_digest(p) for p in paths}
     sizes = {p.stat().st_size for p in paths}
     kept = []
     for s in samples:
-        p = Path(s.image).resolve()
+        if isinstance(s, Image.Image):
+            kept.append(s)
+            continue
+        p = Path(getattr(s, "image", s)).resolve()
         if p in paths or (p.stat().st_size in sizes and _digest(p) in digests):
             continue
         kept.append(s)

@@ -189,6 +189,17 @@ def test_eval_cli_few_shot_records_the_shots_and_never_scores_them(toy_root, tmp
     capsys.readouterr()
     assert main(["eval", "--run", str(run), "--data", str(root), "--shots", "3", "--no-progress"]) == 2
     assert "--shots must be an integer in [1, 2]" in capsys.readouterr().err
+    # predict: the shots drawn from --normals are not scored even when the images to score include them
+    good = root / "Brain_AD" / "valid" / "good" / "img"
+    bad = root / "Brain_AD" / "test" / "Ungood" / "img"
+    out = tmp_path / "pred"
+    assert main(["predict", str(good), str(bad), "--run", str(run), "--out", str(out), "--shots", "2",
+                 "--normals", str(good), "--no-overlays", "--no-progress"]) == 0
+    scored = (out / "scores.csv").read_text().splitlines()[1:]
+    assert sorted(line.split(",")[0] for line in scored) == sorted(str(p) for p in bad.iterdir())
+    assert json.loads((out / "shots.json").read_text())["shot_files"] == sorted(p.name for p in good.iterdir())
+    assert main(["predict", str(bad), "--run", str(run), "--out", str(out), "--shots", "2"]) == 2
+    assert "--shots K and --normals IMAGES go together" in capsys.readouterr().err
 
 
 def test_detector_with_shots_from_a_folder(method, toy_root):
