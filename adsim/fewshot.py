@@ -150,9 +150,8 @@ def attach(detector, normal_images, k: int, *, seed: int = 0, batch_size: int = 
         items = image_items(normal_images)
     chosen = select_shots(items, k, seed=seed, where="the given normal images")
     images = load_images(chosen, detector.method)
-    fs = FewShot(detector.method, images, names=[Path(n).name for n, _ in chosen], seed=seed,
-                 batch_size=batch_size, amp=detector.amp)
-    fs.paths = [src for _, src in chosen]
+    fs = FewShot(detector.method, images, names=[Path(n).name for n, _ in chosen],
+                 paths=[src for _, src in chosen], seed=seed, batch_size=batch_size, amp=detector.amp)
     new = copy.copy(detector)
     new.method, new.info = fs, {**detector.info, **fs.info}
     return new
@@ -212,14 +211,15 @@ class FewShot(Method):
     """``method`` + a memory bank of the patch features of ``images`` (k normal target images).
 
     ``images``: ``(k, 3, S, S)`` preprocessed as ``method`` expects (:func:`load_images`), or an iterable
-    of such batches. ``names``: the shots' file names (recorded in :attr:`info`). ``max_bytes``: the
+    of such batches. ``names``: the shots' file names (recorded in :attr:`info`); ``paths``: their files
+    (kept in :attr:`paths` for :func:`exclude_shots`). ``max_bytes``: the
     memory the bank may use (default: the device's free memory). ``amp``: autocast dtype of the bank's
     forward pass (use the one the test images will be scored with). ``forward`` returns the fused scores
     and maps (see the module docstring) and the wrapped method's ``patches``; :meth:`parts` returns the
     zero-shot output and the few-shot map separately."""
 
-    def __init__(self, method: Method, images, *, names=(), seed: int | None = None, batch_size: int = 16,
-                 max_bytes: int | None = None, amp: torch.dtype | None = None):
+    def __init__(self, method: Method, images, *, names=(), paths=(), seed: int | None = None,
+                 batch_size: int = 16, max_bytes: int | None = None, amp: torch.dtype | None = None):
         super().__init__()
         self.method = method.eval()
         self.name, self.image_size, self.grid = f"{method.name}+fewshot", method.image_size, method.grid
@@ -246,7 +246,7 @@ class FewShot(Method):
             per_image = [torch.cat(f) for f in feats]  # L x (k, N, E)
             zero = torch.cat(zero_maps)
             mu_f, sd_f = self._loo_stats(per_image)
-        self.k = n_images
+        self.k, self.paths = n_images, list(paths)  # paths: the shot files (callers exclude them from scoring)
         # clones outside inference mode: ordinary tensors that autograd may see later
         for layer, f in enumerate(per_image):
             self.register_buffer(f"bank_{layer}", f.reshape(-1, f.shape[-1]).clone())

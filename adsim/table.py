@@ -195,6 +195,11 @@ def run(out, data, *, methods, targets=None, shots=(0,), recipe: str = "clean", 
     """Compute every missing cell and write the table. Returns ``{"computed": [...], "skipped": [...]}``."""
     targets, methods, shots = check_request(targets, methods, shots, recipe)
     R.get(recipe)
+    for t in targets:  # bad data fail now, not hours into the grid
+        D.require_both_classes(D.list_split(data, t, "test"), f"{t} test split")
+        if max(shots) > 0:
+            from .fewshot import support_shots
+            support_shots(data, t, max(shots))  # ValueError naming --shots and the allowed range
     out = Path(out)
     settings = {"data": str(Path(data).resolve()), "methods": methods, "recipe": recipe, "backbone": backbone,
                 "checkpoint": None if checkpoint is None else str(Path(checkpoint).resolve()), "epochs": epochs,

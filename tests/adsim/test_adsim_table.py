@@ -97,3 +97,6 @@ def test_bad_requests(toy_root, tmp_path):
         T.run(tmp_path / "t", toy_root, methods=["naive"], shots=[-2], backbone="tiny")
     with pytest.raises(ValueError, match="unknown domain"):
         T.run(tmp_path / "t", toy_root, methods=["naive"], targets=["Kidney"], backbone="tiny")
+    with pytest.raises(ValueError, match=r"--shots must be an integer in \[1, 2\]"):  # before any training
+        T.run(tmp_path / "t", toy_root, methods=["naive"], shots=[0, 4], targets=["Liver"], backbone="tiny")
+    assert not (tmp_path / "t" / "runs").exists()
