@@ -28,6 +28,7 @@ from .head import image_scores as image_scores
 from .matching import CentroidBank as CentroidBank
 from .matching import match as match
 from .matching import match_sequential as match_sequential
+from .metrics import Accumulator as Accumulator
 from .protocol import run as run_protocol
 from .sim import SimParams as SimParams
 from .sim import simulate as simulate

@@ -5,8 +5,10 @@ head from the run's checkpoint, scores the target's ``test`` split and writes ``
 atomically. Scores and pixel maps are logits by default (``score="logit_max"``; probabilities
 saturate and tie, see ``adsim.head``); ``score="authors_prob_mean"`` reproduces the released code's
 scoring. A run config's ``scoring`` field (its recipe) sets it; an explicit ``scoring=`` overrides.
-AUCs come from ``sklearn.metrics.roc_auc_score``; pixel maps may be Gaussian-smoothed
-(``scipy.ndimage.gaussian_filter``, sigma in pixels; 0 = off).
+Image metrics (AUC, AP, F1-max) come from sklearn on all scores; pixel metrics (AUC, AP, F1-max,
+AUPRO to FPR 0.3) from ``adsim.metrics.Accumulator``'s histograms, within the ``pixel_error_bounds``
+it writes of the exact values (``pixel_auc`` was sklearn on all pixels before issue 13); pixel maps
+may be Gaussian-smoothed (``scipy.ndimage.gaussian_filter``, sigma in pixels; 0 = off).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from ._method import HeadMethod
 from .detector import CHECKPOINTS as CHECKPOINTS
 from .detector import Detector
 from .head import DEFAULT_SCORE, anomaly_maps, check_score, image_scores
+from .metrics import Accumulator, entries, summarize
 
 
 def score(detector, samples, *, batch_size: int = 16, maps: bool = False, progress: bool = False,
@@ -71,6 +74,22 @@ def score_batches(head, batches, forward, *, grid: int, size: int, device, amp=N
             masks.append(batch["mask"].numpy().astype(bool))
     return {"scores": np.concatenate(scores), "labels": np.concatenate(labels),
             "maps": np.concatenate(all_maps) if maps else None, "masks": np.concatenate(masks) if maps else None}
+
+
+def _metrics(detector, samples, *, batch_size: int, pixel: bool, progress: bool, desc: str,
+             smooth_sigma: float) -> tuple:
+    """``(metrics.json entries, image scores (n,))`` of ``samples`` (``adsim.metrics``). One process:
+    each batch goes into an ``Accumulator`` as it is scored, so no map of the whole split is held; under
+    torchrun the ranks' results are gathered first (:func:`score`), then summarised."""
+    if DD.world().size > 1:
+        out = score(detector, samples, batch_size=batch_size, maps=pixel, progress=progress, desc=desc)
+        return summarize(out, smooth_sigma), out["scores"]
+    acc = Accumulator(pixel)
+    for o, batch in detector.score_samples(samples, batch_size=batch_size, maps=pixel, progress=progress,
+                                           desc=desc):
+        extra = (smooth(o.maps, smooth_sigma), batch["mask"].numpy().astype(bool)) if pixel else ()
+        acc.update(o.scores, batch["label"].numpy(), *extra)
+    return entries(acc.compute(), smooth_sigma), acc.scores
 
 
 def auc_percent(labels, scores) -> float:
@@ -143,19 +162,15 @@ def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", 
                                                     batch_size=batch_size)
     D.require_both_classes(samples, f"{target} test split")
     has_masks = target in D.MASKED
-    out = score(detector, samples, batch_size=batch_size, maps=has_masks, progress=progress,
-                desc=f"eval {target}", smooth_sigma=smooth_sigma)
-    metrics = {"target": target, "image_auc": auc_percent(out["labels"], out["scores"]),
-               "n_images": int(len(samples)), "n_anomalous": int(out["labels"].sum()),
+    scored, image_scores_ = _metrics(detector, samples, batch_size=batch_size, pixel=has_masks,
+                                     progress=progress, desc=f"eval {target}", smooth_sigma=smooth_sigma)
+    metrics = {"target": target, "n_images": len(samples),
+               "n_anomalous": int(sum(s.label for s in samples)),
                "checkpoint": detector.info["checkpoint"], "select": cfg.select, "method": cfg.method,
                "metric": cfg.metric, "vaca": cfg.vaca, "gate_mode": cfg.gate_mode, "backbone": cfg.backbone,
                "seed": cfg.seed, "train_domains": list(cfg.train_domains), "pretrained": spec.pretrained,
-               "auc_unit": "percent", "zero_shot": cfg.select != "test", "scoring": cfg.scoring, **shot_record}
-    if has_masks:
-        if not out["masks"].any():
-            raise ValueError(f"{target} test masks contain no anomalous pixel: pixel AUC undefined")
-        metrics["pixel_auc"] = auc_percent(out["masks"], out["maps"])
-        metrics["smooth_sigma"] = smooth_sigma
+               "auc_unit": "percent", "zero_shot": cfg.select != "test", "scoring": cfg.scoring, **scored,
+               **shot_record}
     if cfg.select == "test":
         metrics["warning"] = ("checkpoint selected on the target's test set (authors' protocol): "
                               "optimistic, NOT a zero-shot result")
@@ -164,7 +179,7 @@ def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", 
     if DD.is_main():
         write_json(Path(run) / "metrics.json", metrics)
         if overlays:
-            write_extremes(detector, samples, out["scores"], overlays, Path(run) / "overlays",
+            write_extremes(detector, samples, image_scores_, overlays, Path(run) / "overlays",
                            batch_size=batch_size)
     DD.barrier()
     return metrics

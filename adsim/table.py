@@ -14,9 +14,9 @@ memory bank; they are never scored). Methods:
 Every finished cell is a file ``OUT/cells/<target>__<method>__k<k>.json`` (written atomically); a re-run
 skips it, so an interrupted table resumes where it stopped. ``OUT/table.csv`` and ``OUT/table.md`` are
 rebuilt from the cells: one row per target, one column per method x k x task (AC = image AUROC, AS =
-pixel AUROC, percent), and -- in SEPARATE columns headed "paper-reported" -- the paper's Table 1
-(``adsim.reference.TABLE1``, zero-shot only: the paper reports no few-shot numbers) for the row that
-corresponds to each method. With a random-weight backbone the header says the AUCs are meaningless.
+pixel AUROC, percent; each cell file keeps every metrics.json entry: AP, F1-max, AUPRO), and -- in
+SEPARATE columns headed "paper-reported" -- the paper's Table 1 (``adsim.reference.TABLE1``, zero-shot
+only: the paper reports no few-shot numbers) for the row that corresponds to each method. With a random-weight backbone the header says the AUCs are meaningless.
 """
 from __future__ import annotations
 
@@ -105,27 +105,20 @@ def _detector(out, data, target, method, opts):
 
 def evaluate_cell(detector, data, target: str, shots: int, *, shot_seed: int = 0, smooth_sigma: float = 0.0,
                   batch_size: int = 16) -> dict:
-    """Metrics of one cell on ``target``'s test split, streamed batch by batch into
-    :class:`adsim.metrics.Accumulator` (its keys, percent; pixel maps Gaussian-smoothed with
-    ``smooth_sigma`` first). ``shots > 0``: few-shot, with the shots of :func:`adsim.fewshot.support_shots`
-    (the target's ``valid`` normals), which are excluded from the scored images."""
-    from .evaluate import smooth
+    """metrics.json entries of one cell on ``target``'s test split (``image_auc``, ``pixel_auc``, AP,
+    F1-max, AUPRO, percent; streamed through :class:`adsim.metrics.Accumulator` as ``eval`` does, pixel
+    maps Gaussian-smoothed with ``smooth_sigma``). ``shots > 0``: few-shot (:func:`adsim.fewshot.for_target`:
+    shots from the target's ``valid`` normals, excluded from the scored images)."""
+    from .evaluate import _metrics
     from .fewshot import for_target
-    from .metrics import Accumulator
 
-    samples, info = D.list_split(data, target, "test"), {}
+    samples, info = D.list_split(data, target, "test"), {"shots": 0}
     if shots:
         detector, samples, info = for_target(detector, data, target, shots, seed=shot_seed, batch_size=batch_size)
     D.require_both_classes(samples, f"{target} test split")
-    pixel = target in D.MASKED
-    acc = Accumulator(pixel=pixel)
-    for out, batch in detector.score_samples(samples, batch_size=batch_size, maps=pixel):
-        if pixel:
-            acc.update(out.scores, batch["label"].numpy(), smooth(out.maps, smooth_sigma),
-                       batch["mask"].numpy() > 0.5)
-        else:
-            acc.update(out.scores, batch["label"].numpy())
-    return {**acc.compute(), **info, "smooth_sigma": smooth_sigma if pixel else None}
+    scored, _ = _metrics(detector, samples, batch_size=batch_size, pixel=target in D.MASKED, progress=False,
+                         desc=f"{target} k={shots}", smooth_sigma=smooth_sigma)
+    return {**scored, **info, "n_images": len(samples)}
 
 
 def _paper_columns(methods) -> dict:
@@ -149,9 +142,9 @@ def build_table(out, targets, methods, shots) -> pd.DataFrame:
             for k in shots:
                 path = out / "cells" / cell_name(t, m, k)
                 cell = read_json(path)["metrics"] if path.is_file() else {}
-                row[f"{m} k={k} AC"] = cell.get("image_auroc", np.nan)
+                row[f"{m} k={k} AC"] = cell.get("image_auc", np.nan)
                 if any(x in D.MASKED for x in targets):  # AS: masked targets only (others: missing)
-                    row[f"{m} k={k} AS"] = cell.get("pixel_auroc", np.nan)
+                    row[f"{m} k={k} AS"] = cell.get("pixel_auc", np.nan)
         rows.append(row)
     df = pd.DataFrame(rows)
     for col, values in _paper_columns(methods).items():
