@@ -16,7 +16,9 @@ skips it, so an interrupted table resumes where it stopped. ``OUT/table.csv`` an
 rebuilt from the cells: one row per target, one column per method x k x task (AC = image AUROC, AS =
 pixel AUROC, percent; each cell file keeps every metrics.json entry: AP, F1-max, AUPRO), and -- in
 SEPARATE columns headed "paper-reported" -- the paper's Table 1 (``adsim.reference.TABLE1``, zero-shot
-only: the paper reports no few-shot numbers) for the row that corresponds to each method. With a random-weight backbone the header says the AUCs are meaningless.
+only: the paper reports no few-shot numbers) for the row that corresponds to each method. The header
+says when the AUCs are meaningless (random-weight backbone) and which methods selected their checkpoint
+on the target's test set (a recipe with ``select="test"``: optimistic, not zero-shot).
 """
 from __future__ import annotations
 
@@ -177,6 +179,9 @@ def write_outputs(out, targets, methods, shots, record: dict) -> pd.DataFrame:
               + " (\"Ours\" is the paper's recipe; this run trained with the recipe named above).", ""]
     if not record["pretrained"]:
         header += [f"**{RANDOM_WEIGHTS}**", ""]
+    if record.get("selected_on_test"):
+        header += [f"**{', '.join(record['selected_on_test'])}: checkpoint selected on the TARGET's test set (the "
+                   "recipe's authors' protocol): optimistic, NOT zero-shot.**", ""]
     md = "\n".join(header) + "\n" + _markdown(df) + "\n"
     _atomic(out / "table.md", lambda fh: fh.write(md.encode()))
     return df
@@ -223,9 +228,11 @@ def run(out, data, *, methods, targets=None, shots=(0,), recipe: str = "clean", 
         pretrained = bool(det.info["backbone"].pretrained)
         write_json(out / "cells" / cell_name(t, m, k),
                    {"key": {"target": t, "method": m, "shots": k}, "metrics": metrics, "pretrained": pretrained,
+                    "recipe": getattr(cfg, "recipe", None), "select": getattr(cfg, "select", None),
                     "seconds": time.perf_counter() - t0})
         computed.append(cell_name(t, m, k))
     cells = [read_json(out / "cells" / cell_name(*c)) for c in grid if (out / "cells" / cell_name(*c)).is_file()]
     pretrained = bool(cells) and all(c.get("pretrained", False) for c in cells)
-    write_outputs(out, targets, methods, shots, {**settings, "pretrained": pretrained})
+    on_test = sorted({c["key"]["method"] for c in cells if c.get("select") == "test"})
+    write_outputs(out, targets, methods, shots, {**settings, "pretrained": pretrained, "selected_on_test": on_test})
     return {"computed": computed, "skipped": skipped}
