@@ -100,3 +100,13 @@ def test_bad_requests(toy_root, tmp_path):
     with pytest.raises(ValueError, match=r"--shots must be an integer in \[1, 2\]"):  # before any training
         T.run(tmp_path / "t", toy_root, methods=["naive"], shots=[0, 4], targets=["Liver"], backbone="tiny")
     assert not (tmp_path / "t" / "runs").exists()
+
+
+def test_a_recipe_selected_on_the_target_test_set_is_flagged(toy_root, tmp_path):
+    out = tmp_path / "table"
+    T.run(out, toy_root, methods=["authors"], targets=["Chest"], shots=[0], backbone="tiny", epochs=1,
+          progress=False)
+    md = (out / "table.md").read_text()
+    assert "authors: checkpoint selected on the TARGET's test set" in md and "NOT zero-shot" in md
+    assert json.loads((out / "cells" / "Chest__authors__k0.json").read_text())["select"] == "test"
+    assert "paper-reported Ours AC" in pd.read_csv(out / "table.csv").columns
