@@ -288,7 +288,7 @@ class Detector:
             names = O.overlay_names([n for n, _ in items])
         ds = _Images(items, self.method.image_size, self.method.clip_norm)
         loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                                             collate_fn=_collate)
+                                             collate_fn=_collate, pin_memory=self.device.type == "cuda")
         paths, scores, all_maps = [], [], []
         for batch in tqdm(loader, desc="predict", disable=not progress, leave=False):
             for i, err in batch["errors"]:

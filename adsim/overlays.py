@@ -8,6 +8,7 @@ atomically (``adsim._io``; mode 0666 & ~umask, i.e. 0644 under the usual umask).
 """
 from __future__ import annotations
 
+import functools
 import io
 from pathlib import Path
 
@@ -58,14 +59,23 @@ def overlay_names(names: list) -> list:
     return [f"{s}.png" if s and counts[s] == 1 else f"{i:05d}_{s or 'image'}.png" for i, s in enumerate(stems)]
 
 
+@functools.cache
+def _font():
+    return ImageFont.load_default()
+
+
 def write_overlay(path, image: np.ndarray, amap: np.ndarray, mask: np.ndarray | None = None, *,
-                  score: float | None = None, title: str | None = None, **options) -> Path:
+                  score: float | None = None, title: str | None = None, min_size: int = 192, **options) -> Path:
     """:func:`overlay` (``options``: ``cmap``, ``alpha``) written as a PNG to ``path`` atomically, with a
-    text strip above it holding ``title`` and the image ``score`` when given."""
+    text strip above it holding ``title`` and the image ``score`` when given. An overlay smaller than
+    ``min_size`` pixels is enlarged by an integer factor (nearest neighbour: every pixel stays visible)."""
     rgb = overlay(image, amap, mask, **options)
+    factor = -(-int(min_size) // min(rgb.shape[:2])) if min(rgb.shape[:2]) < min_size else 1
+    if factor > 1:
+        rgb = np.repeat(np.repeat(rgb, factor, axis=0), factor, axis=1)
     text = " ".join(t for t in (title, None if score is None else f"score {score:.3g}") if t)
     if text:
-        font = ImageFont.load_default()
+        font = _font()
         left, top, right, bottom = ImageDraw.Draw(Image.new("RGB", (1, 1))).textbbox((0, 0), text, font=font)
         strip = Image.new("RGB", (max(rgb.shape[1], right + 4), bottom + 4), (255, 255, 255))
         ImageDraw.Draw(strip).text((2, 2), text, fill=(0, 0, 0), font=font)
@@ -77,3 +87,33 @@ def write_overlay(path, image: np.ndarray, amap: np.ndarray, mask: np.ndarray | 
     buf = io.BytesIO()
     canvas.save(buf, format="PNG")
     return _atomic(path, lambda fh: fh.write(buf.getvalue()))
+
+
+def montage(pngs, out, *, title: str, ncols: int = 4, dpi: int = 100) -> Path:
+    """Overlay PNGs (a list, or a folder: its ``most_*`` files, then the rest, by name) side by side in one
+    matplotlib figure titled ``title`` (say there what the data and the weights are), written to ``out``
+    atomically. Returns ``out``."""
+    from matplotlib.figure import Figure
+
+    if isinstance(pngs, (str, Path)) and Path(pngs).is_dir():
+        pngs = sorted(Path(pngs).glob("*.png"), key=lambda p: (not p.name.startswith("most"), p.name))
+    pngs = [Path(p) for p in pngs]
+    if not pngs:
+        raise ValueError("montage: no PNG to show")
+    if not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be an integer >= 1, got {ncols!r}")
+    ncols = min(ncols, len(pngs))
+    nrows = -(-len(pngs) // ncols)
+    fig = Figure(figsize=(2.4 * ncols, 2.6 * nrows + 0.6), dpi=dpi)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    for ax in axes.ravel():
+        ax.axis("off")
+    for ax, p in zip(axes.ravel(), pngs):
+        with Image.open(p) as im:
+            ax.imshow(np.asarray(im.convert("RGB")), interpolation="nearest")
+        ax.set_title(p.stem, fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return _atomic(out, lambda fh: fh.write(buf.getvalue()))

@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
@@ -23,10 +25,32 @@ def test_quick_start_is_the_two_commands_and_ci_runs_the_second():
 
 
 def test_python_example_runs():
-    (code,) = _blocks("python")
+    (code,) = [b for b in _blocks("python") if "import poolsim" in b]
     namespace = {}
     exec(compile(code, "README.md", "exec"), namespace)
     # The DA line's documented value: Eq. 15 for (70, 72, 71, 75, 80) is 3.34 (see test_da.py).
     assert "-> 3.34" in code
     assert abs(namespace["poolsim"].da_score([70, 72, 71, 75, 80]) - 3.34) < 1e-12
     assert bool(namespace["res"].converged)
+
+
+@pytest.mark.filterwarnings("ignore:backbone tiny has RANDOM weights")
+def test_adsim_python_example_runs(tmp_path):
+    """The adsim block of "Use it on your own images", on a 1-epoch tiny run and 4 toy images (its paths
+    replaced by temporary ones)."""
+    pytest.importorskip("torch")
+    from adsim.__main__ import main
+    from adsim.toy import make_toy_bmad
+    (code,) = [b for b in _blocks("python") if "from adsim import Detector" in b]
+    toy = make_toy_bmad(tmp_path / "toy", n_per_class=2, size=64, seed=0)
+    run = tmp_path / "run"
+    assert main(["train", "--data", str(toy), "--target", "Brain", "--train-domains", "Liver", "--epochs", "1",
+                 "--backbone", "tiny", "--batch-size", "8", "--no-progress", "--out", str(run)]) == 0
+    scans = toy / "Brain_AD" / "test" / "Ungood" / "img"
+    for old, new in (("/tmp/run", str(run)), ("my_scans/", f"{scans}/"), ("/tmp/pred_png", str(tmp_path / "png"))):
+        assert old in code
+        code = code.replace(old, new)
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["pred"].scores.shape == (2,) and namespace["pred"].maps.shape == (2, 64, 64)
+    assert len(list((tmp_path / "png").glob("*.png"))) == 2

@@ -9,7 +9,6 @@ of the preprocessed pixels."""
 import csv
 import json
 import shutil
-import warnings
 
 import numpy as np
 import pytest
@@ -144,11 +143,11 @@ def test_bad_batch_size(det, test_paths):
         det.predict(test_paths, batch_size=0)
 
 
-def _altered(run, tmp_path, edit):
+def _altered(run, tmp_path, edit, part="config"):
     dst = tmp_path / "altered"
     shutil.copytree(run, dst)
     record = json.loads((dst / "config.json").read_text())
-    edit(record["config"])
+    edit(record[part] if part else record)
     (dst / "config.json").write_text(json.dumps(record))
     return dst
 
@@ -165,6 +164,16 @@ def test_run_folder_of_another_version_names_what_differs(run, tmp_path, edit, m
         Detector.from_run(_altered(run, tmp_path, edit), device="cpu")
 
 
+@pytest.mark.parametrize("part, edit, match", [
+    ("backbone_spec", lambda b: b.update(grid=9), r"builds tiny differently \(grid: run 9, now 8\)"),
+    (None, lambda r: r.pop("prompts"), "lacks 'prompts'"),
+    (None, lambda r: r.update(config=[]), "no 'config' object"),
+])
+def test_run_record_of_another_version_names_what_differs(run, tmp_path, part, edit, match):
+    with pytest.raises(ValueError, match=match):
+        Detector.from_run(_altered(run, tmp_path, edit, part), device="cpu")
+
+
 class _Brightness(M.Method):
     """Toy zero-shot method with a closed form: score = mean pixel value, map = per-pixel channel mean."""
     name, clip_norm = "brightness", False
@@ -178,13 +187,11 @@ class _Brightness(M.Method):
         return M.Output(m.mean((1, 2)), m)
 
 
-def test_zero_shot_builds_registered_methods_only(monkeypatch, toy_root):
+def test_zero_shot_builds_registered_methods_only(monkeypatch, toy_root, tmp_path, capsys):
     with pytest.raises(ValueError, match=r"unknown zero-shot method 'nope'; registered: \["):
         Detector.zero_shot("nope", backbone="tiny")
     monkeypatch.setitem(M.ZERO_SHOT, "brightness", _Brightness)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        det = Detector.zero_shot("brightness", backbone="tiny", device="cpu", gain=2.0)
+    det = Detector.zero_shot("brightness", backbone="tiny", device="cpu", gain=2.0)
     paths = sorted((toy_root / "Liver_AD" / "valid" / "Ungood" / "img").iterdir())
     pred = det.predict(paths)
     for p, s, m in zip(paths, pred.scores, pred.maps):
@@ -192,6 +199,16 @@ def test_zero_shot_builds_registered_methods_only(monkeypatch, toy_root):
             rgb = np.asarray(im.convert("RGB").resize((64, 64), Image.BICUBIC), dtype=np.float32) / 255
         np.testing.assert_allclose(m, 2.0 * rgb.mean(2), rtol=1e-6, atol=1e-6)
         assert s == pytest.approx(2.0 * rgb.mean(), rel=1e-5)
+    # the CLI's --zero-shot path (default options: gain 1)
+    cli = ["predict", "--backbone", "tiny", "--device", "cpu", "--no-progress", "--no-overlays", *map(str, paths)]
+    assert main([*cli, "--zero-shot", "brightness", "--out", str(tmp_path / "zs")]) == 0
+    rows = list(csv.DictReader((tmp_path / "zs" / "scores.csv").read_text().splitlines()))
+    np.testing.assert_allclose([2.0 * float(r["score"]) for r in rows], pred.scores, rtol=1e-6)
+    assert not (tmp_path / "zs" / "overlays").exists()
+    capsys.readouterr()
+    assert main([*cli, "--zero-shot", "nope", "--out", str(tmp_path / "zs2")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()  # one line, listing what is registered
+    assert line.startswith("error: unknown zero-shot method 'nope'; registered: [") and "'brightness'" in line
 
 
 def test_cli_predict_writes_scores_and_one_overlay_per_image(run, det, toy_root, tmp_path, capsys):
