@@ -40,7 +40,8 @@ What we do differently, and why:
   (e.g. identical shots) raise ``ValueError``: the fusion weight would be 0 or infinite.
 
 Memory: the bank holds ``k N E L`` float32 (``N`` patches, ``E`` feature size, ``L`` layers); a bank
-larger than the device's free memory raises ``ValueError`` before any image is read. Test-time
+larger than the device's free memory raises ``ValueError`` as soon as the first batch of shots gives
+``N``, ``E`` and ``L`` (before the rest is computed). Test-time
 similarities are computed in chunks of images so that no ``(B, N, k N)`` block exceeds ~256 MiB.
 """
 from __future__ import annotations
