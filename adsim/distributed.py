@@ -225,15 +225,24 @@ def shard(items: list) -> list:
     return list(items)[w.rank::w.size]
 
 
+def gather_objects(obj) -> list:
+    """Every rank's ``obj`` (picklable), in rank order, on every rank (``[obj]`` with one process)."""
+    w = world()
+    if w.size == 1:
+        return [obj]
+    parts = [None] * w.size
+    dist.all_gather_object(parts, obj)
+    return parts
+
+
 def gather_arrays(out: dict, n: int) -> dict:
     """Inverse of :func:`shard`: ``out`` is this rank's dict of NumPy arrays (first axis = item; a value
     may be ``None``), or ``None`` for an empty share (fewer items than ranks). Every rank gets the arrays
     of all ``n`` items in the original order."""
-    w = world()
-    if w.size == 1:
+    if world().size == 1:
         return out
-    parts = [None] * w.size
-    dist.all_gather_object(parts, out)
+    parts = gather_objects(out)
+    w = world()
     ref = parts[0]  # rank 0's share is never empty when n >= 1
     full = {}
     for key, first in ref.items():

@@ -28,7 +28,7 @@ from ._method import HeadMethod
 from .detector import CHECKPOINTS as CHECKPOINTS
 from .detector import Detector
 from .head import DEFAULT_SCORE, anomaly_maps, check_score, image_scores
-from .metrics import Accumulator, entries, summarize
+from .metrics import Accumulator, entries
 
 
 def score(detector, samples, *, batch_size: int = 16, maps: bool = False, progress: bool = False,
@@ -78,18 +78,23 @@ def score_batches(head, batches, forward, *, grid: int, size: int, device, amp=N
 
 def _metrics(detector, samples, *, batch_size: int, pixel: bool, progress: bool, desc: str,
              smooth_sigma: float) -> tuple:
-    """``(metrics.json entries, image scores (n,))`` of ``samples`` (``adsim.metrics``). One process:
-    each batch goes into an ``Accumulator`` as it is scored, so no map of the whole split is held; under
-    torchrun the ranks' results are gathered first (:func:`score`), then summarised."""
-    if DD.world().size > 1:
-        out = score(detector, samples, batch_size=batch_size, maps=pixel, progress=progress, desc=desc)
-        return summarize(out, smooth_sigma), out["scores"]
+    """``(metrics.json entries, image scores (n,))`` of ``samples`` (``adsim.metrics``). Each batch goes
+    into an ``Accumulator`` as it is scored, so no map of the whole split is held; under torchrun each
+    rank streams its shard and the ranks' accumulators are merged (histograms of a fixed size)."""
     acc = Accumulator(pixel)
-    for o, batch in detector.score_samples(samples, batch_size=batch_size, maps=pixel, progress=progress,
-                                           desc=desc):
-        extra = (smooth(o.maps, smooth_sigma), batch["mask"].numpy().astype(bool)) if pixel else ()
-        acc.update(o.scores, batch["label"].numpy(), *extra)
-    return entries(acc.compute(), smooth_sigma), acc.scores
+    part = DD.shard(samples)  # [distributed] all samples with one process
+    if part:
+        for o, batch in detector.score_samples(part, batch_size=batch_size, maps=pixel,
+                                               progress=progress and DD.is_main(), desc=desc):
+            extra = (smooth(o.maps, smooth_sigma), batch["mask"].numpy().astype(bool)) if pixel else ()
+            acc.update(o.scores, batch["label"].numpy(), *extra)
+    scores = DD.gather_arrays({"scores": acc.scores} if part else None, len(samples))["scores"]
+    if DD.world().size > 1:
+        shards = DD.gather_objects(acc)
+        acc = shards[0]
+        for other in shards[1:]:
+            acc.merge(other)
+    return entries(acc.compute(), smooth_sigma), scores
 
 
 def auc_percent(labels, scores) -> float:

@@ -20,6 +20,8 @@ bins, else doubles the bin width (``e += 1``, merging pairs of bins: ``floor(flo
 floor(x/2w)``, so no pixel changes side of any remaining edge) until it fits. Counts are never lost
 or approximated; only the *resolution* is finite: the final bin width is at most about ``4 R / bins``
 for a score range ``R`` (reported as ``pixel_bin_width``). Scores may be any finite reals (logits).
+Accumulators of separate shards (e.g. torchrun ranks) combine with :meth:`Accumulator.merge`: both
+move to the coarser of their grids by the same exact merging of bins.
 
 **Approximation and its error bound.** Pixel metrics are computed *exactly for the binned scores*,
 i.e. with the thresholds restricted to the bin edges: the binned AUROC counts every (anomalous, normal)
@@ -42,9 +44,10 @@ on the distance to the exact value over the raw scores (as sklearn / the MVTec c
 With the default ``2**16`` bins the bounds are ~1e-3 percentage points on smooth maps
 (``tests/adsim/test_adsim_metrics.py`` checks binned vs exact on random data within them).
 
-**AUPRO** (Bergmann et al., "The MVTec Anomaly Detection Dataset", IJCV 129, 2021, Sec. 4.2 / Eq. (2);
-first in Bergmann et al., "Uninformed Students", CVPR 2020, and the MVTec AD CVPR 2019 paper): the
-ground-truth regions are the 8-connected components of each image's mask (``scipy.ndimage.label``, a
+**AUPRO** (Bergmann, Batzner, Fauser, Sattlegger, Steger, "The MVTec Anomaly Detection Dataset: A
+Comprehensive Real-World Dataset for Unsupervised Anomaly Detection", IJCV 129:1038-1059, 2021 -- the
+journal version of the CVPR 2019 MVTec AD paper -- and its public evaluation code; the PRO measure also
+in Bergmann et al., "Uninformed Students", CVPR 2020): the ground-truth regions are the 8-connected components of each image's mask (``scipy.ndimage.label``, a
 3 x 3 structure as in the MVTec evaluation code); at a threshold ``t`` the per-region overlap of region
 ``C`` is ``|{x in C : s(x) >= t}| / |C|``, PRO(t) is its mean over all regions of all images and FPR(t)
 is the fraction of all normal pixels (mask 0, of every image) with ``s >= t``. AUPRO is the area under
@@ -55,6 +58,7 @@ weighted histogram, so it streams like the rest.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 
@@ -150,24 +154,50 @@ class _Histograms:
             self.lo, self.hi = self._key(xmin, self.e), self._key(xmax, self.e)
             self.k0 = self.lo - (B - (self.hi - self.lo + 1)) // 2
             return
-        lo = min(self.lo, self._key(xmin, self.e))
-        hi = max(self.hi, self._key(xmax, self.e))
+        self._cover(self.e, min(self.lo, self._key(xmin, self.e)), max(self.hi, self._key(xmax, self.e)))
+
+    def _cover(self, e: int, lo: int, hi: int) -> None:
+        """Re-grid to cover the keys ``[lo, hi]`` at exponent ``e >= self.e`` (and what is held), doubling
+        the bin width as needed; the histograms move with the grid."""
+        B = self.bins
         d = 0  # doublings of the bin width; Python's >> on ints is floor division by 2**d
         while (hi >> d) - (lo >> d) + 1 > B or max(abs(lo >> d), abs(hi >> d)) >= 1 << 62:
             d += 1
-        lo, hi = lo >> d, hi >> d
-        if d == 0 and self.k0 <= lo and hi < self.k0 + B:
+        e, lo, hi = e + d, lo >> d, hi >> d
+        if e == self.e and self.k0 <= lo and hi < self.k0 + B:
             self.lo, self.hi = lo, hi
             return
         k0 = lo - (B - (hi - lo + 1)) // 2
+        self.neg, self.pos, self.pro = self._moved(e, k0)
+        self.e, self.k0, self.lo, self.hi = e, k0, lo, hi
+
+    def _moved(self, e: int, k0: int) -> tuple:
+        """``(neg, pos, pro)`` re-binned onto the grid ``(e >= self.e, k0)`` (which must cover them)."""
+        B, d = self.bins, e - self.e
         old = np.flatnonzero((self.neg > 0) | (self.pos > 0))
         idx = ((old + np.int64(self.k0)) >> d) - np.int64(k0)
         neg, pos, pro = (np.zeros(B, np.int64), np.zeros(B, np.int64), np.zeros(B, np.float64))
         np.add.at(neg, idx, self.neg[old])
         np.add.at(pos, idx, self.pos[old])
         np.add.at(pro, idx, self.pro[old])
-        self.neg, self.pos, self.pro = neg, pos, pro
-        self.e, self.k0, self.lo, self.hi = self.e + d, k0, lo, hi
+        return neg, pos, pro
+
+    def absorb(self, other: _Histograms) -> None:
+        """Add ``other``'s histograms (same ``bins``) to these, on the coarser of the two grids."""
+        if other.e is None:
+            return
+        if self.e is None:
+            self.e, self.k0, self.lo, self.hi = other.e, other.k0, other.lo, other.hi
+            self.neg, self.pos, self.pro = other.neg.copy(), other.pos.copy(), other.pro.copy()
+            return
+        e = max(self.e, other.e)
+        lo = min(self.lo >> (e - self.e), other.lo >> (e - other.e))
+        hi = max(self.hi >> (e - self.e), other.hi >> (e - other.e))
+        self._cover(e, lo, hi)
+        neg, pos, pro = other._moved(self.e, self.k0)
+        self.neg += neg
+        self.pos += pos
+        self.pro += pro
 
     def _index(self, x: np.ndarray) -> np.ndarray:
         return (np.floor(np.ldexp(x.astype(np.float64), -self.e)) - self.k0).astype(np.int64)
@@ -194,7 +224,8 @@ class Accumulator:
     """Streaming image (and pixel) anomaly-detection metrics, in percent; see the module docstring.
 
     ``Accumulator(pixel, bins=2**16, fpr_limit=0.3)``; ``update(scores (B,), labels (B,), maps (B, H, W),
-    masks (B, H, W) bool)`` per batch (maps and masks only, and always, when ``pixel``); ``compute()``
+    masks (B, H, W) bool)`` per batch (maps and masks only, and always, when ``pixel``); ``merge(other)``
+    adds another accumulator's images (a shard); ``compute()``
     -> dict with ``image_auroc``, ``image_ap``, ``image_f1max``, ``n_images``, ``n_anomalous`` and, when
     ``pixel``, ``pixel_auroc``, ``pixel_ap``, ``pixel_f1max``, ``aupro``, ``aupro_fpr_limit``,
     ``n_regions``, ``pixel_bins``, ``pixel_bin_width`` and ``pixel_error_bounds`` (a dict of bounds in
@@ -245,6 +276,24 @@ class Accumulator:
     def scores(self) -> np.ndarray:
         """``(n,)`` every image score added so far, in order."""
         return np.concatenate(self._scores) if self._scores else np.zeros(0)
+
+    def merge(self, other: Accumulator) -> Accumulator:
+        """Add everything ``other`` holds (e.g. another process's shard; same ``pixel``, ``bins`` and
+        ``fpr_limit``) to this accumulator, in place; ``other``'s images come after this one's. The
+        histograms move to the coarser grid of the two (bins merged exactly, as in the module docstring),
+        so the result is what feeding all batches to one accumulator would give up to that grid."""
+        if not isinstance(other, Accumulator):
+            raise TypeError(f"other must be an Accumulator, got {type(other).__name__}")
+        if (other.pixel, other.bins, other.fpr_limit) != (self.pixel, self.bins, self.fpr_limit):
+            raise ValueError(f"cannot merge Accumulator(pixel={other.pixel}, bins={other.bins}, fpr_limit="
+                             f"{other.fpr_limit}) into Accumulator(pixel={self.pixel}, bins={self.bins}, "
+                             f"fpr_limit={self.fpr_limit})")
+        self._scores += other._scores
+        self._labels += other._labels
+        if self.pixel:
+            self._hist.absorb(other._hist)
+            self._regions += other._regions
+        return self
 
     def compute(self) -> dict:
         """The metrics of everything added so far (see the class docstring). ValueError when a metric
@@ -302,25 +351,35 @@ class Accumulator:
                 "pixel_bins": self.bins, "pixel_bin_width": h.width, "pixel_error_bounds": bounds}
 
 
-def summarize(out: dict, smooth_sigma: float = 0.0, *, bins: int = DEFAULT_BINS, fpr_limit: float = FPR_LIMIT,
+def _chunks(out: dict, chunk: int):
+    for i in range(0, len(out["scores"]), chunk):
+        yield {k: (None if v is None else v[i:i + chunk]) for k, v in out.items()
+               if k in ("scores", "labels", "maps", "masks")}
+
+
+def summarize(out, smooth_sigma: float = 0.0, *, bins: int = DEFAULT_BINS, fpr_limit: float = FPR_LIMIT,
               chunk: int = 16) -> dict:
-    """The metrics.json entries of a scoring result ``out`` (``adsim.evaluate.score``'s dict: ``scores``,
-    ``labels``, ``maps`` or None, ``masks``): ``image_auc`` (exact, sklearn), ``image_ap``,
-    ``image_f1max`` and, when ``maps`` is not None, ``pixel_auc`` (binned, within
+    """The metrics.json entries of a scoring result: ``image_auc`` (exact, sklearn), ``image_ap``,
+    ``image_f1max`` and, when there are maps, ``pixel_auc`` (binned, within
     ``pixel_error_bounds["pixel_auc"]`` of the exact value), ``pixel_ap``, ``pixel_f1max``, ``aupro``,
-    ``aupro_fpr_limit``, ``smooth_sigma`` and the bounds. The maps are Gaussian-smoothed
-    (``adsim.evaluate.smooth``) ``chunk`` images at a time, so no smoothed copy of all maps is made."""
+    ``aupro_fpr_limit``, ``smooth_sigma``, ``n_regions``, ``pixel_bin_width`` and the bounds.
+
+    ``out``: ``adsim.evaluate.score``'s dict (``scores (n,)``, ``labels (n,)``, ``maps (n, S, S)`` or
+    None, ``masks``), read ``chunk`` images at a time, or an iterable of such dicts, one per batch (a
+    stream: nothing but the current batch is held). The maps are Gaussian-smoothed
+    (``adsim.evaluate.smooth``) batch by batch, so no smoothed copy of all maps is made."""
     from .evaluate import smooth  # here: evaluate imports this module
 
-    pixel = out.get("maps") is not None
-    acc = Accumulator(pixel, bins=bins, fpr_limit=fpr_limit)
-    for i in range(0, len(out["scores"]), chunk):
-        part = slice(i, i + chunk)
-        if pixel:
-            acc.update(out["scores"][part], out["labels"][part], smooth(out["maps"][part], smooth_sigma),
-                       out["masks"][part])
-        else:
-            acc.update(out["scores"][part], out["labels"][part])
+    batches = iter(_chunks(out, chunk) if isinstance(out, dict) else out)
+    first = next(batches, None)
+    if first is None:
+        raise ValueError("summarize: no batches (no images were scored)")
+    acc = Accumulator(first.get("maps") is not None, bins=bins, fpr_limit=fpr_limit)
+    for batch in itertools.chain([first], batches):
+        maps = batch.get("maps")
+        if acc.pixel and maps is not None:
+            maps = smooth(maps, smooth_sigma)
+        acc.update(batch["scores"], batch["labels"], maps, batch.get("masks"))
     return entries(acc.compute(), smooth_sigma)
 
 

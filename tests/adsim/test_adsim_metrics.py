@@ -2,11 +2,15 @@
 exact AUPRO reference written here (sort-based, one threshold at a time, NumPy)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from scipy.ndimage import gaussian_filter, label
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
 
 from adsim.evaluate import auc_percent, smooth
 from adsim.metrics import Accumulator, area_to, summarize
+from poolsim.testing import examples, finite_floats
 
 PIXEL_KEYS = ("pixel_auroc", "pixel_ap", "pixel_f1max", "aupro")
 
@@ -68,13 +72,14 @@ def random_split(rng, n=8, size=24, shift=0.0):
     return scores, labels, maps, masks
 
 
-def feed(acc, scores, labels, maps, masks, sizes):
+def feed(acc, scores, labels, maps, masks, sizes, *, compute=True):
+    """Feed the images in batches of ``sizes``; return ``acc.compute()`` (or ``acc``)."""
     start = 0
     for b in sizes:
         acc.update(scores[start:start + b], labels[start:start + b], maps[start:start + b], masks[start:start + b])
         start += b
     assert start == len(scores)
-    return acc.compute()
+    return acc.compute() if compute else acc
 
 
 def assert_within_bounds(got, want):
@@ -216,6 +221,38 @@ def test_constant_first_batch_then_spread(rng):
     assert_within_bounds(m, exact_pixel(maps, masks))
 
 
+def test_merge_of_shards_on_different_grids(rng):
+    # two "processes": shard a spans ~[-3, 3], shard b is scaled x40 and shifted by 500, so their grids
+    # differ (exponent and window); the merge re-bins onto the coarser grid and stays within its bound
+    scores, labels, maps, masks = random_split(rng, n=8, size=20)
+    maps[4:] = maps[4:] * 40 + 500
+    a = feed(Accumulator(pixel=True, bins=512), scores[:4], labels[:4], maps[:4], masks[:4], [2, 2])
+    shard_a = Accumulator(pixel=True, bins=512).update(scores[:4], labels[:4], maps[:4], masks[:4])
+    shard_b = Accumulator(pixel=True, bins=512).update(scores[4:], labels[4:], maps[4:], masks[4:])
+    assert shard_a._hist.e < shard_b._hist.e
+    m = shard_a.merge(shard_b).compute()
+    assert_within_bounds(m, exact_pixel(maps, masks))
+    assert m["n_regions"] == a["n_regions"] + shard_b.compute()["n_regions"]
+    assert m["image_auroc"] == 100 * roc_auc_score(labels, scores)  # images in shard order a, b
+    # merged the other way round: the same grid (the coarser one) and the same histograms
+    m2 = Accumulator(pixel=True, bins=512).update(scores[4:], labels[4:], maps[4:], masks[4:]).merge(
+        Accumulator(pixel=True, bins=512).update(scores[:4], labels[:4], maps[:4], masks[:4])).compute()
+    for k in (*PIXEL_KEYS, "pixel_bin_width"):
+        assert m2[k] == pytest.approx(m[k], abs=1e-12)
+    # into an empty accumulator: a copy
+    empty = Accumulator(pixel=True, bins=512).merge(shard_b)
+    assert empty.compute() == shard_b.compute()
+
+
+def test_merge_validates():
+    with pytest.raises(ValueError, match="cannot merge"):
+        Accumulator(pixel=True).merge(Accumulator(pixel=True, bins=64))
+    with pytest.raises(ValueError, match="cannot merge"):
+        Accumulator(pixel=True).merge(Accumulator(pixel=True, fpr_limit=0.1))
+    with pytest.raises(TypeError, match="Accumulator"):
+        Accumulator(pixel=False).merge({"scores": []})
+
+
 # ---------------------------------------------------------------- summarize (the evaluate wiring)
 def test_summarize_matches_accumulator_and_keeps_exact_image_auc(rng):
     scores, labels, maps, masks = random_split(rng, n=6, size=20)
@@ -225,6 +262,12 @@ def test_summarize_matches_accumulator_and_keeps_exact_image_auc(rng):
     smoothed = smooth(maps, 1.0)
     assert abs(res["pixel_auc"] - auc_percent(masks, smoothed)) <= res["pixel_error_bounds"]["pixel_auc"] + 1e-9
     assert abs(res["aupro"] - aupro_reference(smoothed, masks)) <= res["pixel_error_bounds"]["aupro"] + 1e-9
+    # the same as a stream of batch dicts (what a streaming scoring loop passes)
+    stream = summarize(({"scores": scores[i:i + 2], "labels": labels[i:i + 2], "maps": maps[i:i + 2],
+                         "masks": masks[i:i + 2]} for i in range(0, 6, 2)), smooth_sigma=1.0)
+    assert stream == summarize(out, smooth_sigma=1.0, chunk=2)  # same batches, same grid: identical
+    with pytest.raises(ValueError, match="no batches"):
+        summarize(iter([]))
     no_maps = summarize({"scores": scores, "labels": labels, "maps": None, "masks": None})
     assert set(no_maps) == {"image_auc", "image_ap", "image_f1max"}
     p, r, _ = precision_recall_curve(labels, scores)
@@ -309,3 +352,38 @@ def test_aupro_matches_anomalib(rng, fpr_limit):
     # bound of the binning + float32 round-off of anomalib's cumulative sums over 4608 pixels
     assert abs(m["aupro"] - want) <= m["pixel_error_bounds"]["aupro"] + 1e-3
     assert abs(aupro_reference(maps, masks, fpr_limit) - want) <= 1e-3
+
+
+# ---------------------------------------------------------------- property: any data, any split
+@st.composite
+def pixel_cases(draw):
+    n, h, w = draw(st.integers(2, 4)), draw(st.integers(2, 5)), draw(st.integers(2, 5))
+    values = st.one_of(st.integers(-3, 3).map(float), finite_floats(-1e3, 1e3))  # ties and spread
+    maps = draw(hnp.arrays(np.float64, (n, h, w), elements=values)) * 2.0 ** draw(st.integers(-30, 30))
+    masks = draw(hnp.arrays(np.bool_, (n, h, w)))
+    masks[0] = False  # one normal image, one with an anomalous pixel
+    masks[1, 0, 0] = True
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=n - 1)))
+    sizes = np.diff([0, *cuts, n]).tolist()
+    return (maps, masks, sizes, draw(st.sampled_from([16, 64, 1 << 16])), draw(st.sampled_from([0.05, 0.3, 1.0])),
+            draw(st.booleans()))
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(pixel_cases())
+def test_binned_within_bound_of_exact_on_any_data(case):
+    maps, masks, sizes, bins, fpr_limit, shard = case
+    labels = masks.any(axis=(1, 2)).astype(int)
+    acc = Accumulator(pixel=True, bins=bins, fpr_limit=fpr_limit)
+    if shard:  # the first batch in one accumulator, the rest in another, merged
+        b = sizes[0]
+        acc.update(labels[:b].astype(float), labels[:b], maps[:b], masks[:b])
+        rest = Accumulator(pixel=True, bins=bins, fpr_limit=fpr_limit)
+        if len(sizes) > 1:
+            feed(rest, labels[b:].astype(float), labels[b:], maps[b:], masks[b:], sizes[1:], compute=False)
+        m = acc.merge(rest).compute()
+    else:
+        m = feed(acc, labels.astype(float), labels, maps, masks, sizes)
+    want = exact_pixel(maps, masks, fpr_limit)
+    for k in PIXEL_KEYS:  # + float round-off of the two summation orders
+        assert abs(m[k] - want[k]) <= m["pixel_error_bounds"][k] + 1e-7 * (1 + abs(want[k])), (k, m[k], want[k])
