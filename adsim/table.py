@@ -169,14 +169,16 @@ def write_outputs(out, targets, methods, shots, record: dict) -> pd.DataFrame:
     _atomic(out / "table.csv", lambda fh: fh.write(df.to_csv(index=False, float_format="%.2f").encode()))
     header = [f"# Table 1 grid: {', '.join(methods)} x shots {shots}", "",
               f"This run: data `{record['data']}`, backbone `{record['backbone']}`"
-              f" ({'pretrained weights' if record['pretrained'] else 'random weights'}), recipe "
-              f"`{record['recipe']}`, shot seed {record['shot_seed']}. AUROC in percent; AC = image, "
+              f" ({'pretrained weights' if record['pretrained'] else 'random weights'}), recipe of each trained "
+              f"method: {', '.join(f'{m} `{r}`' for m, r in record['recipes'].items()) or 'none'}, shot seed "
+              f"{record['shot_seed']}. AUROC in percent; AC = image, "
               "AS = pixel (masked domains only); k = number of normal target images in the few-shot bank "
               "(k = 0: zero-shot).",
               f"Columns headed \"paper-reported\": {REF.TABLE1_SOURCE} (real BMAD, the authors' runs; "
               "zero-shot only), never computed here; the row shown for each method: "
               + ", ".join(f"{m} -> {PAPER_ROW[m]}" for m in record["methods"] if m in PAPER_ROW)
-              + " (\"Ours\" is the paper's recipe; this run trained with the recipe named above).", ""]
+              + (" (\"Ours\" is the paper's recipe; compare the recipe each method ran with)"
+                 if any(PAPER_ROW.get(m) == "Ours" for m in record["methods"]) else "") + ".", ""]
     if not record["pretrained"]:
         header += [f"**{RANDOM_WEIGHTS}**", ""]
     if record.get("selected_on_test"):
@@ -234,5 +236,7 @@ def run(out, data, *, methods, targets=None, shots=(0,), recipe: str = "clean", 
     cells = [read_json(out / "cells" / cell_name(*c)) for c in grid if (out / "cells" / cell_name(*c)).is_file()]
     pretrained = bool(cells) and all(c.get("pretrained", False) for c in cells)
     on_test = sorted({c["key"]["method"] for c in cells if c.get("select") == "test"})
-    write_outputs(out, targets, methods, shots, {**settings, "pretrained": pretrained, "selected_on_test": on_test})
+    recipes = {c["key"]["method"]: c["recipe"] for c in cells if c.get("recipe")}
+    write_outputs(out, targets, methods, shots, {**settings, "pretrained": pretrained, "selected_on_test": on_test,
+                                                 "recipes": {m: recipes[m] for m in methods if m in recipes}})
     return {"computed": computed, "skipped": skipped}

@@ -53,6 +53,7 @@ def test_table_grid_files_and_rerun_skips(toy_root, tmp_path, counted, capsys):
     assert brain["paper-reported Ours AS"] == REF.TABLE1["Ours"][("Brain", "AS")]
     md = (out / "table.md").read_text()
     assert "MEANINGLESS" in md and "paper-reported" in md and "| Brain |" in md
+    assert "naive `clean`, match `clean`" in md  # the recipe each trained method ran with
     cell = json.loads((out / "cells" / "Brain__naive__k2.json").read_text())
     assert len(cell["metrics"]["shot_files"]) == 2 and cell["metrics"]["n_images"] == 4  # valid shots, 4 test
     mtimes = {p.name: p.stat().st_mtime_ns for p in (out / "cells").iterdir()}
@@ -108,5 +109,6 @@ def test_a_recipe_selected_on_the_target_test_set_is_flagged(toy_root, tmp_path)
           progress=False)
     md = (out / "table.md").read_text()
     assert "authors: checkpoint selected on the TARGET's test set" in md and "NOT zero-shot" in md
+    assert "authors `authors`" in md
     assert json.loads((out / "cells" / "Chest__authors__k0.json").read_text())["select"] == "test"
     assert "paper-reported Ours AC" in pd.read_csv(out / "table.csv").columns
