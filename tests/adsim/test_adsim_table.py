@@ -112,3 +112,19 @@ def test_a_recipe_selected_on_the_target_test_set_is_flagged(toy_root, tmp_path)
     assert "authors `authors`" in md
     assert json.loads((out / "cells" / "Chest__authors__k0.json").read_text())["select"] == "test"
     assert "paper-reported Ours AC" in pd.read_csv(out / "table.csv").columns
+
+
+def test_an_interrupted_training_resumes_from_its_checkpoint(toy_root, tmp_path, counted):
+    """A run folder with a checkpoint but no trained.json (killed during training) continues at the first
+    unfinished epoch instead of starting again."""
+    from adsim import recipes as R
+    out = tmp_path / "table"
+    run = out / "runs" / "Chest" / "naive"
+    cfg = TRAIN.config_from_recipe(R.override(R.get("clean"), method="naive", epochs=1), data=str(toy_root),
+                                   target="Chest", out=str(run), backbone="tiny", seed=0)
+    TRAIN.train(cfg, progress=False)  # epoch 1 of 2 done, then "killed": no trained.json
+    assert not (run / "trained.json").exists()
+    T.run(out, toy_root, methods=["naive"], targets=["Chest"], shots=[0], backbone="tiny", epochs=2, progress=False)
+    history = json.loads((run / "history.json").read_text())["history"]
+    assert [h["epoch"] for h in history] == [0, 1]  # epoch 0 kept, epoch 1 added
+    assert len(counted["train"]) == 2 and (run / "trained.json").exists()  # the kill + one resumed call
