@@ -7,8 +7,11 @@ CLI: ``python -m adsim {make-toy-bmad,train,eval,predict,protocol,sweep,figures}
 ``protocol`` runs the leave-one-out domain-addition protocol with the DA score on real images or on the SIMULATED token
 features of ``adsim.sim`` (CPU); ``figures`` draws its figures and table, with the paper's numbers
 (``adsim.reference``) beside them, never mixed. ``train`` runs data-parallel under torchrun
-(``adsim.distributed``) and can cache the frozen trunk (``adsim.cache``).
+(``adsim.distributed``) and can cache the frozen trunk (``adsim.cache``). The baselines of the paper's
+comparison (``adsim.baselines``: WinCLIP, AnomalyCLIP; MVFA-AD as ``--recipe mvfa``) register themselves
+in ``adsim._method`` when ``adsim`` is imported.
 """
+from . import baselines as baselines
 from .backbone import BACKBONES as BACKBONES
 from .backbone import RandomWeightsWarning as RandomWeightsWarning
 from .backbone import build_backbone as build_backbone

@@ -106,3 +106,40 @@ def load_head_method(cfg, backbone, record: dict, state: dict) -> HeadMethod:
 
 register_trained("naive", load_head_method)
 register_trained("match", load_head_method)
+
+
+class Trainer(NamedTuple):
+    """The one hook of ``adsim.train`` for a method with its own trainable part (``adsim.baselines``).
+
+    ``build(cfg, backbone) -> nn.Module``: every trainable parameter and every piece of state the
+    checkpoint stores (saved as ``checkpoint["head"]``; the frozen backbone is *not* part of it).
+    ``forward(module, backbone, images) -> out``: the training forward pass (run under autocast).
+    ``loss(cfg, module, out, batch) -> (loss, {name: detached value})``: the step's objective;
+    ``batch`` has ``image``, ``mask``, ``has_mask``, ``label``, ``pixel_domain``.
+    ``method(cfg, backbone, module) -> Method``: the method of the module as it is now (checkpoint
+    selection scores it; the module's parameters are shared, not copied)."""
+    build: Callable
+    forward: Callable
+    loss: Callable
+    method: Callable
+
+
+TRAINERS: dict[str, Trainer] = {}
+
+
+def register_trainer(name: str, trainer: Trainer) -> None:
+    TRAINERS[name] = trainer
+
+
+def zero_shot(name: str) -> Callable[..., Method]:
+    """The builder of the training-free method ``name``."""
+    if name not in ZERO_SHOT:
+        raise ValueError(f"unknown zero-shot method {name!r}; must be one of {tuple(sorted(ZERO_SHOT))}")
+    return ZERO_SHOT[name]
+
+
+def trained(name: str) -> Callable[..., Method]:
+    """The loader of the trained method ``name`` (a run's ``cfg.method``)."""
+    if name not in TRAINED:
+        raise ValueError(f"unknown trained method {name!r}; must be one of {tuple(sorted(TRAINED))}")
+    return TRAINED[name]

@@ -79,6 +79,9 @@ def _settings(args, data: str, params) -> P.Settings:
     base = SIM_TRAINING if params is not None else REAL_TRAINING
     epochs = args.epochs or (QUICK["epochs"] if args.quick and params is not None else base["epochs"])
     recipe = R.override(R.get(args.recipe), **R.parse_sets(args.set))
+    if recipe.method not in ("naive", "match"):  # the protocol trains the adapter head only
+        raise ValueError(f"the protocol runs the adapter head (naive / match); recipe {args.recipe!r} trains "
+                         f"{recipe.method!r}: use python -m adsim train / eval for it")
     return P.Settings(recipe=R.as_dict(recipe),
                       data=data, sim=params._asdict() if params is not None else None, epochs=epochs,
                       batch_size=args.batch_size or base["batch_size"], lr=args.lr or base["lr"],

@@ -221,10 +221,7 @@ class Detector:
         ``adsim.head.SCORES``; default: the run's recipe)."""
         from .evaluate import run_score
         r = load_run(run, checkpoint=checkpoint, device=device)
-        load = M.TRAINED.get(r.cfg.method)
-        if load is None:
-            raise ValueError(f"run method {r.cfg.method!r} is not a trained method of this adsim version "
-                             f"(registered: {sorted(M.TRAINED)})")
+        load = M.trained(r.cfg.method)
         cfg = r.cfg._replace(scoring=run_score(r.cfg, scoring))
         method = load(cfg, r.backbone, r.record, r.state)
         info = {"run": str(run), "checkpoint": r.checkpoint, "config": cfg, "backbone": r.backbone.spec,
@@ -237,9 +234,7 @@ class Detector:
                   **options):
         """A training-free method of ``adsim._method.ZERO_SHOT`` on a frozen backbone (local
         ``checkpoint`` weights; none = random, warned). ``options`` go to the method's builder."""
-        build = M.ZERO_SHOT.get(method)
-        if build is None:
-            raise ValueError(f"unknown zero-shot method {method!r}; registered: {sorted(M.ZERO_SHOT)}")
+        build = M.zero_shot(method)
         dev = resolve_device(device)
         bb = build_backbone(backbone, image_size=image_size, checkpoint=checkpoint, seed=seed, device=dev)
         info = {"zero_shot": method, "backbone": bb.spec, "checkpoint": checkpoint, "options": options}

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from . import data as D
 from . import distributed as DD
 from ._io import write_json
-from ._method import HeadMethod
+from ._method import HeadMethod, Method
 from .detector import CHECKPOINTS as CHECKPOINTS
 from .detector import Detector
 from .head import DEFAULT_SCORE, anomaly_maps, check_score, image_scores
@@ -118,10 +118,12 @@ def smooth(maps: np.ndarray, sigma: float) -> np.ndarray:
 
 def selection_score(backbone, head, samples, cfg, device) -> float:
     """Model-selection criterion: mean over domains of the image AUC (plus pixel AUC where masks
-    exist, averaged). With ``select="heldout"`` the samples are held-out *training-domain* data."""
+    exist, averaged). With ``select="heldout"`` the samples are held-out *training-domain* data.
+    ``head``: the adapter head, or a method's :class:`adsim._method.Method` (``Trainer.method``)."""
     was_training = head.training
-    detector = Detector(HeadMethod(backbone, head, scoring=run_score(cfg), clip_norm=cfg.clip_norm, name=cfg.method),
-                        device=device, precision=cfg.precision)
+    method = head if isinstance(head, Method) else HeadMethod(backbone, head, scoring=run_score(cfg),
+                                                               clip_norm=cfg.clip_norm, name=cfg.method)
+    detector = Detector(method, device=device, precision=cfg.precision)
     values = []
     for domain in sorted({s.domain for s in samples}):
         sub = [s for s in samples if s.domain == domain]

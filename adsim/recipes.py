@@ -8,6 +8,10 @@ records the full recipe (``config.json`` -> ``"recipe"``; ``protocol.json`` for 
 * ``paper``   -- Algorithm 1 of the paper read literally (Supplementary, Sec. "Overall Framework").
 * ``authors`` -- what the released code (github.com/AyushRoy2001/Beyond-Pooling) does.
 * ``clean``   -- this project's default: zero-shot (target never read), numerically safe.
+* ``mvfa``    -- the MVFA-AD baseline (Huang et al., CVPR 2024; github.com/MediaBrain-SJTU/MVFA-AD):
+  the adapter head without VACA and without matching (``method="naive"``), MVFA's prompts, input,
+  losses' data, checkpoint selection and scoring.
+* ``anomalyclip`` -- the AnomalyCLIP baseline (``adsim.baselines.anomalyclip``) with its training settings.
 
 Where a choice could not be implemented, the field still exists, the value is listed in
 :data:`NOT_IMPLEMENTED` and :func:`validate` rejects it with a one-line message; the shipped recipe
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 
 # Allowed values of every categorical field (the first one is not special).
 CHOICES = {
-    "method": ("naive", "match"),
+    "method": ("naive", "match", "anomalyclip"),  # anomalyclip: adsim.baselines.anomalyclip
     "metric": ("l2", "cosine", "geodesic"),
     "gate_unit": ("patch", "image_mean"),
     "gate_filter": ("centroids", "skip_step"),
@@ -123,6 +127,24 @@ RECIPES = {
         smooth_sigma=0.0, protocol_mode="sequential"),
     # This project's default: zero-shot, the metric enters the losses, exact sequential gate.
     "clean": Recipe(name="clean"),
+    # MVFA-AD's zero-shot training and test (MediaBrain-SJTU/MVFA-AD, train_zero.py, dataset/medical_zero.py,
+    # CLIP/adapter.py): adapters only (no VACA, no centroids), Resize + ToTensor input, bias-free adapters,
+    # the training domains' test splits one image per step, 50 epochs at lr 1e-4, selection on the
+    # target's test set, image score = layer sum of the patch-mean probability, pixel map = layer sum of
+    # probabilities, no smoothing. Literal prompts: the domain's name (prompt.py REAL_NAME) -- not
+    # implemented (one text pair per run); the object word "object" is the Beyond-Pooling fork's.
+    "mvfa": Recipe(
+        name="mvfa", method="naive", vaca=False, prompts="mvfa_object", clip_norm=False, adapter_bias=False,
+        train_splits=("test",), batch_size=1, epochs=50, lr=1e-4, beta_dice=1.0, beta_focal=1.0, beta_bce=1.0,
+        lambda_intra=0.0, lambda_inter=0.0, lambda_var=0.0, cls_only_pixel_loss="none", select="test",
+        scoring="authors_prob_mean", smooth_sigma=0.0, protocol_mode="cumulative"),
+    # AnomalyCLIP (Zhou et al., ICLR 2024; zqhang/AnomalyCLIP): learned object-agnostic prompts, everything
+    # else frozen; its training settings (train.py:124-136: 15 epochs, lr 1e-3, batch 8), its local-loss
+    # weight lam = 4 on Focal and Dice (train.py:50, :102) and its map smoothing (test.py:111, sigma 4).
+    "anomalyclip": Recipe(
+        name="anomalyclip", method="anomalyclip", vaca=False, clip_norm=True, batch_size=8, epochs=15, lr=1e-3,
+        beta_dice=4.0, beta_focal=4.0, beta_bce=1.0, lambda_intra=0.0, lambda_inter=0.0, lambda_var=0.0,
+        cls_only_pixel_loss="none", select="last", smooth_sigma=4.0, protocol_mode="cumulative"),
 }
 
 

@@ -27,7 +27,7 @@ from ._io import autocast_dtype, load_torch, read_json, resolve_device, save_tor
 from .backbone import build_backbone, fingerprint
 from .head import Head, _score, adapter_bottlenecks, text_embeddings, trunk_tokens
 
-METHODS = ("naive", "match")
+METHODS = R.CHOICES["method"]  # naive, match: the adapter head; others: a Trainer (adsim._method.TRAINERS)
 SELECTIONS = ("last", "heldout", "test")
 
 
@@ -67,6 +67,12 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise ValueError(f"lr and grad_clip must be > 0, got {cfg.lr!r}, {cfg.grad_clip!r}")
     return cfg._replace(target=target, train_domains=domains, train_splits=tuple(cfg.train_splits),
                         betas=tuple(cfg.betas))
+
+
+def _trainer(cfg):
+    """The method's own :class:`adsim._method.Trainer`, or ``None`` for the adapter head (naive, match)."""
+    from ._method import TRAINERS
+    return TRAINERS.get(cfg.method)
 
 
 def recipe_of(cfg: TrainConfig) -> R.Recipe:
@@ -196,13 +202,15 @@ def objective(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
 
 
 def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, grid: int, device, amp, *,
-                desc: str = "epoch", progress: bool = False, gather=None) -> dict:
+                desc: str = "epoch", progress: bool = False, gather=None, loss_fn=None) -> dict:
     """One pass over ``batches`` (dicts with ``image`` -- the model input: images, or tokens --,
     ``mask``, ``has_mask``, ``label``): forward, :func:`objective`, one backward pass, gradient
     clipping, optimizer step. ``forward(x) -> Features`` is the image path (:func:`adsim.head.features`)
     or the token path (``features_from_tokens``). Data-parallel (``adsim.distributed``): ``forward``
     returns the features of the global batch and ``gather(batch)`` the global batch's labels and masks.
-    Returns ``{"steps": n, loss name: mean over steps}``."""
+    ``loss_fn(cfg, module, out, batch) -> (loss, parts)``: a method's own objective (its
+    :class:`adsim._method.Trainer`; ``head`` is then that method's trainable module), default the head's
+    :func:`objective`. Returns ``{"steps": n, loss name: mean over steps}``."""
     head.train()
     sums, steps = {}, 0
     bar = tqdm(batches, desc=desc, disable=not progress, leave=False)
@@ -212,9 +220,10 @@ def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, gri
             feats = forward(batch["image"])
         if gather is not None:  # data-parallel: the loss is computed on the global batch
             batch = gather(batch)
-        loss, parts = objective(cfg, head, feats, batch, grid)
+        loss, parts = objective(cfg, head, feats, batch, grid) if loss_fn is None else loss_fn(cfg, head, feats, batch)
         # the authors' gate filter: no optimiser step when no sample passed (a host sync, this mode only)
-        skip = cfg.gate_filter == "skip_step" and head.centroids is not None and float(parts["n_pass"]) == 0
+        skip = (cfg.gate_filter == "skip_step" and getattr(head, "centroids", None) is not None
+                and float(parts["n_pass"]) == 0)
         parts["skipped"] = torch.tensor(float(skip))
         parts["loss"] = loss.detach()
         if skip:
@@ -299,7 +308,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
                               quick_gelu=cfg.quick_gelu, seed=cfg.seed, device=device)
     spec = backbone.spec
     prompts = R.prompts(cfg.prompts)
-    head = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(backbone, prompts)).to(device)
+    trainer = _trainer(cfg)  # a method's own trainable module and loss, or None: the adapter head
+    if trainer is None:
+        head = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(backbone, prompts)).to(device)
+    else:
+        if ddp.size > 1 or trunk_cache:
+            raise ValueError(f"method {cfg.method} trains in one process without --trunk-cache")
+        head = trainer.build(cfg, backbone).to(device)
     opt = make_optimizer(cfg, head)
     scaler = torch.amp.GradScaler(device.type, enabled=amp is torch.float16)
 
@@ -324,14 +339,17 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         scaler.load_state_dict(ckpt["scaler"])
         start, history, best = ckpt["epoch"] + 1, ckpt["history"], ckpt["best"]
     dataset = D.ImageDataset(samples, spec.image_size, clip_norm=cfg.clip_norm)
-    if trunk_cache and start < cfg.epochs:
-        from .cache import build_trunk_cache
-        dataset = build_trunk_cache(backbone, dataset, device=device, amp=amp, batch_size=local_batch,
-                                    num_workers=cfg.num_workers, progress=progress)
-        per_rank = lambda h, x: adapter_bottlenecks(backbone, h, x)  # noqa: E731
+    if trainer is not None:  # a method's own training forward (adsim._method.Trainer)
+        forward = lambda x: trainer.forward(head, backbone, x)  # noqa: E731
     else:
-        per_rank = lambda h, x: adapter_bottlenecks(backbone, h, trunk_tokens(backbone, x))  # noqa: E731
-    forward = DD.data_parallel(head, per_rank, _score, device)
+        if trunk_cache and start < cfg.epochs:
+            from .cache import build_trunk_cache
+            dataset = build_trunk_cache(backbone, dataset, device=device, amp=amp, batch_size=local_batch,
+                                        num_workers=cfg.num_workers, progress=progress)
+            per_rank = lambda h, x: adapter_bottlenecks(backbone, h, x)  # noqa: E731
+        else:
+            per_rank = lambda h, x: adapter_bottlenecks(backbone, h, trunk_tokens(backbone, x))  # noqa: E731
+        forward = DD.data_parallel(head, per_rank, _score, device)
     dataset = _PixelDomain(dataset, samples)
     for epoch in range(start, cfg.epochs):
         # shuffling depends only on (seed, epoch): a resumed run sees the same order
@@ -340,10 +358,12 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
                                              num_workers=cfg.num_workers, pin_memory=device.type == "cuda")
         entry = {"epoch": epoch, **train_epoch(cfg, head, opt, scaler, loader, forward, spec.grid, device, amp,
                                                 desc=f"epoch {epoch + 1}/{cfg.epochs}", progress=progress,
-                                                gather=DD.gather_dict if ddp.size > 1 else None)}
+                                                gather=DD.gather_dict if ddp.size > 1 else None,
+                                                loss_fn=None if trainer is None else trainer.loss)}
         DD.check_in_sync(head)
         if selection:
-            entry["selection_score"] = selection_score(backbone, head, selection, cfg, device)
+            scored = head if trainer is None else trainer.method(cfg, backbone, head)
+            entry["selection_score"] = selection_score(backbone, scored, selection, cfg, device)
             if best is None or entry["selection_score"] > best["score"]:
                 best = {"epoch": epoch, "score": entry["selection_score"]}
                 if ddp.rank == 0:

@@ -188,7 +188,7 @@ class _Brightness(M.Method):
 
 
 def test_zero_shot_builds_registered_methods_only(monkeypatch, toy_root, tmp_path, capsys):
-    with pytest.raises(ValueError, match=r"unknown zero-shot method 'nope'; registered: \["):
+    with pytest.raises(ValueError, match=r"unknown zero-shot method 'nope'; must be one of \("):
         Detector.zero_shot("nope", backbone="tiny")
     monkeypatch.setitem(M.ZERO_SHOT, "brightness", _Brightness)
     det = Detector.zero_shot("brightness", backbone="tiny", device="cpu", gain=2.0)
@@ -208,7 +208,7 @@ def test_zero_shot_builds_registered_methods_only(monkeypatch, toy_root, tmp_pat
     capsys.readouterr()
     assert main([*cli, "--zero-shot", "nope", "--out", str(tmp_path / "zs2")]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()  # one line, listing what is registered
-    assert line.startswith("error: unknown zero-shot method 'nope'; registered: [") and "'brightness'" in line
+    assert line.startswith("error: unknown zero-shot method 'nope'; must be one of (") and "'brightness'" in line
 
 
 def test_cli_predict_writes_scores_and_one_overlay_per_image(run, det, toy_root, tmp_path, capsys):

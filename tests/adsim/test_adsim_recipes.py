@@ -39,8 +39,9 @@ def test_recipes_differ_where_the_docs_say():
 
 
 def test_unknown_recipe_and_field_are_one_line_errors():
-    with pytest.raises(ValueError, match=r"unknown recipe 'mvfa'; must be one of \('paper', 'authors', 'clean'\)"):
-        R.get("mvfa")
+    with pytest.raises(ValueError, match=r"unknown recipe 'nope'; must be one of "
+                                         r"\('paper', 'authors', 'clean', 'mvfa', 'anomalyclip'\)"):
+        R.get("nope")
     with pytest.raises(ValueError, match="unknown recipe field 'gate_size'; fields:"):
         R.override(R.get("clean"), gate_size=3)
     with pytest.raises(ValueError, match=r"recipe field gate_unit must be one of \('patch', 'image_mean'\)"):
@@ -182,7 +183,7 @@ def test_out_that_is_a_file_is_one_line_error(tmp_path, capsys):
 
 
 def test_cli_unknown_recipe_or_field(tmp_path, capsys):
-    for argv, msg in ((["--recipe", "mvfa"], "unknown recipe 'mvfa'; must be one of"),
+    for argv, msg in ((["--recipe", "nope"], "unknown recipe 'nope'; must be one of"),
                       (["--set", "gate_size=2"], "unknown recipe field 'gate_size'"),
                       (["--set", "gate_unit=pixel"], "gate_unit must be one of")):
         assert main(["protocol", "--simulate", "--quick", "--out", str(tmp_path / "p"), *argv]) == 2

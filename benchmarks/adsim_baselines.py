@@ -1,0 +1,102 @@
+"""Inference cost of the baselines (issue 13, deliverable 4): images/s of one ``Method.forward`` for the
+adapter head (``naive``, the MVFA-AD recipe's method), WinCLIP (exact masked-token windows) and AnomalyCLIP,
+on random-weight backbones (timing only: no AUC means anything here). Not part of the tests.
+
+The methods alternate call by call (fair on a shared machine); the table reports the median of ``--iters``
+timed calls after one warm-up, each under ``torch.inference_mode()``, and the ratio to the head.
+
+    PYTHONPATH=$PWD python benchmarks/adsim_baselines.py                    # tiny + ViT-B-16, CPU
+    PYTHONPATH=$PWD python benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --write
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from adsim import _method as M  # noqa: E402
+from adsim.backbone import RandomWeightsWarning, build_backbone  # noqa: E402
+from adsim.baselines import anomalyclip as A  # noqa: E402
+from adsim.head import prompt_ensemble, text_embeddings  # noqa: E402
+from adsim.train import TrainConfig, make_head  # noqa: E402
+from montecarlo import machine_info, write_section  # noqa: E402
+
+
+def methods(backbone, device):
+    cfg = TrainConfig(data="d", target="Brain", out="o", method="naive", vaca=False)
+    spec = backbone.spec
+    head = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(backbone, prompt_ensemble())).to(device)
+    return {"naive (head)": M.HeadMethod(backbone, head, scoring="logit_max", name="naive").eval(),
+            "winclip": M.zero_shot("winclip")(backbone),
+            "anomalyclip": A.AnomalyCLIP(backbone, A.PromptLearner(backbone).to(device)).eval()}
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backbones", nargs="+", default=["tiny", "ViT-B-16"])
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--write", action="store_true", help="replace the section in benchmarks/RESULTS.md")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    load0 = os.getloadavg()[0]
+    torch.set_num_threads(1) if device.type == "cpu" else None
+    rows = []
+    for name in args.backbones:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RandomWeightsWarning)
+            backbone = build_backbone(name, device=device)
+        ms = methods(backbone, device)
+        s = backbone.spec.image_size
+        x = torch.rand(args.batch, 3, s, s, generator=torch.Generator().manual_seed(0)).to(device)
+        times = {k: [] for k in ms}
+        with torch.inference_mode():
+            for m in ms.values():
+                m(x)  # warm-up
+            for _ in range(args.iters):
+                for k, m in ms.items():
+                    sync(device)
+                    t = time.perf_counter()
+                    m(x)
+                    sync(device)
+                    times[k].append(time.perf_counter() - t)
+        base = statistics.median(times["naive (head)"])
+        for k, v in times.items():
+            med = statistics.median(v)
+            rows.append(f"| {name} ({s} px, grid {backbone.spec.grid}) | {k} | {1000 * med:.1f} | "
+                        f"{args.batch / med:.1f} | {med / base:.2f}x |")
+    table = ("| backbone | method | forward of a batch [ms] | images/s | time / head |\n|---|---|---:|---:|---:|\n"
+             + "\n".join(rows))
+    body = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine_info()}; torch {torch.__version__}, "
+            f"device {device}, {'1 torch thread' if device.type == 'cpu' else ''}; batch {args.batch}, median of "
+            f"{args.iters} calls after one warm-up, methods alternating. Random weights (timing only). 1-minute load "
+            f"average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end.\n\n{table}\n\n"
+            f"Command: `PYTHONPATH=$PWD python benchmarks/adsim_baselines.py {' '.join(argv or sys.argv[1:])}`. "
+            "WinCLIP runs the whole ViT once per window (exact masked-token windows: 2 x 2 and 3 x 3 at stride 1, "
+            "each sequence 1 + k^2 tokens) besides the full image; AnomalyCLIP's text embeddings are computed once, "
+            "so its forward is the frozen ViT plus four projections.")
+    if args.write:
+        write_section(str(ROOT / "benchmarks" / "RESULTS.md"), "adsim baselines: inference cost "
+                      "(benchmarks/adsim_baselines.py)", body)
+    print(body)
+    return body
+
+
+if __name__ == "__main__":
+    main()
