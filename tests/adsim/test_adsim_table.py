@@ -128,3 +128,15 @@ def test_an_interrupted_training_resumes_from_its_checkpoint(toy_root, tmp_path,
     history = json.loads((run / "history.json").read_text())["history"]
     assert [h["epoch"] for h in history] == [0, 1]  # epoch 0 kept, epoch 1 added
     assert len(counted["train"]) == 2 and (run / "trained.json").exists()  # the kill + one resumed call
+
+
+def test_training_free_methods_are_not_trained(toy_root, tmp_path, counted):
+    out = tmp_path / "table"
+    T.run(out, toy_root, methods=["winclip"], targets=["Liver"], shots=[0, 2], backbone="tiny", progress=False)
+    assert counted["train"] == [] and not (out / "runs").exists()
+    assert len(counted["cells"]) == 2
+    df = pd.read_csv(out / "table.csv")
+    assert {"winclip k=0 AC", "winclip k=2 AS", "paper-reported WinCLIP AS"} <= set(df.columns)
+    assert df["paper-reported WinCLIP AS"][0] == REF.TABLE1["WinCLIP"][("Liver", "AS")]
+    cell = json.loads((out / "cells" / "Liver__winclip__k2.json").read_text())
+    assert cell["metrics"]["shots"] == 2 and cell["select"] is None
