@@ -1,4 +1,4 @@
-"""``python -m adsim {make-toy-bmad,train,eval,predict,protocol,sweep,figures}`` -- see ``python -m adsim COMMAND --help``."""
+"""``python -m adsim {make-toy-bmad,train,eval,predict,table,protocol,sweep,figures}`` (``COMMAND --help``)."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +12,7 @@ from . import _protocol_cli
 from . import data as D
 from . import recipes as R
 from ._io import check_writable, read_json, write_json
+from ._method import ZERO_SHOT
 from .backbone import BACKBONES
 from .head import SCORES
 
@@ -121,8 +122,8 @@ def _table_parser(sub) -> None:
     tb.add_argument("--data", required=True, help="BMAD in the MVFA layout")
     tb.add_argument("--checkpoint", default=None, help="local open_clip weights (none: random, AUCs meaningless)")
     tb.add_argument("--methods", nargs="+", required=True,
-                    help="training-free (registered zero-shot baselines) and/or trained (recipe names or "
-                         f"methods {R.CHOICES['method']}): trained once per target, leave-one-out")
+                    help=f"training-free {tuple(ZERO_SHOT)} and/or trained: recipes {R.names()} or methods "
+                         f"{R.CHOICES['method']} of --recipe, trained once per target (leave-one-out)")
     tb.add_argument("--out", required=True)
     tb.add_argument("--shots", nargs="+", type=int, default=[0], help="0 = zero-shot; MVFA-AD: 2 4 8 16")
     tb.add_argument("--shot-seed", type=int, default=0, help="seed of the draw of the k normal shot images")
