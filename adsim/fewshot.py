@@ -2,20 +2,27 @@
 any zero-shot method whose :class:`~adsim._method.Output` has ``patches`` (MVFA-AD's k-shot setting).
 
 What MVFA-AD does (Huang et al., "Adapting Visual-Language Models for Generalizable Anomaly Detection in
-Medical Images", CVPR 2024, § 3.4 "few-shot" memory bank; released code ``MediaBrain-SJTU/MVFA-AD``,
-``test_few.py`` and ``dataset/medical_few.py``, read for facts only):
+Medical Images", CVPR 2024, its few-shot setting; released code ``MediaBrain-SJTU/MVFA-AD`` at c232e38,
+``test_few.py`` (``main``, ``test``) and ``dataset/medical_few.py`` (``get_few_normal``), read for facts
+only; the Beyond-Pooling fork has no few-shot code):
 
 * ``k in {2, 4, 8, 16}`` normal images drawn from the target's ``valid/good/img`` (``get_few_normal``;
   fixed lists per k in ``dataset/fewshot_seed``); only the ``test`` split is scored, so the shots are
   never scored. We draw from the same split by default (``split="valid"``) with an explicit seed and,
   whatever the split, drop the shots from the scored list (:func:`exclude_shots`, by path and content).
-* Bank: per adapter layer, the patch features of the (flip/rotation-augmented) shots. A test patch's
-  few-shot score per layer is ``min_j (1 - cos(p, bank_j))``, bilinearly upsampled to the image, summed
-  over layers.
-* Fusion: the zero-shot and the few-shot map are each min-max normalised over the WHOLE test set and
-  averaged (0.5 / 0.5); the image score of a masked domain is the max of that map.
-* MVFA also fine-tunes its adapters on the augmented shots plus k *anomalous* images. We do neither
-  augmentation nor fine-tuning: this is the memory bank alone, training-free on top of any method.
+* Bank: per adapter layer, the adapted patch features of the augmented shots (``utils.augment``). A
+  test patch's few-shot score per layer is ``min_j (1 - cos(p, bank_j))``, bilinearly upsampled to the
+  image (``align_corners=True``), summed over layers; seg-adapter features for the masked domains,
+  det-adapter features for the others.
+* Fusion: masked domains -- the zero-shot map (layer sum of probabilities) and the few-shot map are each
+  min-max normalised over the WHOLE test set and averaged (0.5 / 0.5); the image score is the max of
+  that fused map. Other domains -- the image scores (zero-shot: layer sum of the patch-mean
+  probability; few-shot: mean of the few-shot map) are min-max normalised over the test set and
+  averaged (0.5 / 0.5).
+* MVFA also fine-tunes its adapters on the augmented shots plus k *anomalous* valid images
+  (``train_few.py``). We do neither augmentation nor fine-tuning: this is the memory bank alone,
+  training-free on top of any method, on the features the method exposes as ``Output.patches`` (the
+  head's seg features for every domain).
 
 What we do differently, and why:
 
