@@ -1,4 +1,4 @@
-"""``python -m adsim {make-toy-bmad,train,eval,predict,protocol,sweep,figures}`` -- see ``python -m adsim COMMAND --help``."""
+"""``python -m adsim {make-toy-bmad,train,eval,predict,table,protocol,sweep,figures}`` (``COMMAND --help``)."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +11,8 @@ from poolsim import _core
 from . import _protocol_cli
 from . import data as D
 from . import recipes as R
-from ._io import check_writable, read_json
+from ._io import check_writable, read_json, write_json
+from ._method import ZERO_SHOT
 from .backbone import BACKBONES
 from .head import SCORES
 
@@ -85,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-progress", dest="progress", action="store_false")
     ev.add_argument("--overlays", type=int, default=0, metavar="N",
                     help="also write the N most and N least anomalous test images' heatmaps to RUN/overlays/")
+    ev.add_argument("--shots", type=int, default=0, metavar="K",
+                    help="few-shot mode: K normal images of the target's valid split in a memory bank (never "
+                         "scored; MVFA-AD: 2 4 8 16); 0 = zero-shot")
+    ev.add_argument("--shot-seed", type=int, default=0, help="seed of the draw of the --shots images")
     _dist_args(ev)
 
     pr = sub.add_parser("predict", help="score any images (no labels): DIR/scores.csv + one overlay PNG each")
@@ -101,9 +106,35 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--device", default="auto")
     pr.add_argument("--strict", action="store_true", help="fail on an unreadable file instead of skipping it")
     pr.add_argument("--no-overlays", dest="overlays", action="store_false")
+    pr.add_argument("--shots", type=int, default=0, metavar="K",
+                    help="few-shot mode: K images drawn from --normals in a memory bank (never scored)")
+    pr.add_argument("--normals", nargs="+", default=None, help="with --shots: normal images/folders of the target")
+    pr.add_argument("--shot-seed", type=int, default=0, help="seed of the draw of the --shots images")
     pr.add_argument("--no-progress", dest="progress", action="store_false")
     _protocol_cli.add_parsers(sub)
+    _table_parser(sub)
     return p
+
+
+def _table_parser(sub) -> None:
+    tb = sub.add_parser("table", help="Table 1 grid: every target x method x shots (resumable per cell), "
+                        "OUT/table.csv and OUT/table.md with the paper's numbers in separate columns")
+    tb.add_argument("--data", required=True, help="BMAD in the MVFA layout")
+    tb.add_argument("--checkpoint", default=None, help="local open_clip weights (none: random, AUCs meaningless)")
+    tb.add_argument("--methods", nargs="+", required=True,
+                    help=f"training-free {tuple(ZERO_SHOT)} and/or trained: recipes {R.names()} or methods "
+                         f"{R.CHOICES['method']} of --recipe, trained once per target (leave-one-out)")
+    tb.add_argument("--out", required=True)
+    tb.add_argument("--shots", nargs="+", type=int, default=[0], help="0 = zero-shot; MVFA-AD: 2 4 8 16")
+    tb.add_argument("--shot-seed", type=int, default=0, help="seed of the draw of the k normal shot images")
+    tb.add_argument("--targets", nargs="+", default=None, help=f"default: all of {D.DOMAINS}")
+    tb.add_argument("--backbone", default="ViT-L-14-336", help=f"one of {tuple(BACKBONES)}")
+    tb.add_argument("--epochs", type=int, default=None, help="trained methods (default: the recipe's)")
+    tb.add_argument("--recipe", default="clean", help=f"one of {R.names()}: the trained methods' recipe")
+    tb.add_argument("--seed", type=int, default=0)
+    tb.add_argument("--batch-size", type=int, default=16)
+    tb.add_argument("--device", default="auto")
+    tb.add_argument("--no-progress", dest="progress", action="store_false")
 
 
 def _dist_args(p) -> None:
@@ -157,10 +188,19 @@ def _predict(args) -> str:
         det = Detector.zero_shot(args.zero_shot, backbone=args.backbone, checkpoint=args.checkpoint,
                                  image_size=args.image_size, device=args.device)
     out = Path(args.out)
+    images = args.images
+    if args.shots or args.normals:
+        from .detector import image_items
+        from .fewshot import exclude_shots
+        if not args.shots or not args.normals:
+            raise ValueError("--shots K and --normals IMAGES go together (K normal images of the target)")
+        det = det.with_shots(args.normals, args.shots, seed=args.shot_seed, batch_size=args.batch_size)
+        images = exclude_shots([src for _, src in image_items(images)], det.method.paths)  # never scored
+        write_json(out / "shots.json", {k: det.info[k] for k in ("shots", "shot_seed", "shot_files", "weight")})
     with warnings.catch_warnings():
         warnings.showwarning = _one_line_warning  # the CLI reports each skipped file on one line
         warnings.simplefilter("always", UnreadableImageWarning)
-        pred = det.predict(args.images, batch_size=args.batch_size, maps=False, progress=args.progress,
+        pred = det.predict(images, batch_size=args.batch_size, maps=False, progress=args.progress,
                            strict=args.strict, overlays=out / "overlays" if args.overlays else None)
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
@@ -187,6 +227,15 @@ def main(argv=None) -> int:
             print(_predict(args))
         elif args.command in ("protocol", "sweep", "figures"):
             print(_protocol_cli.main(args))
+        elif args.command == "table":
+            from .table import run as run_table
+            check_writable(args.out)  # before any work
+            done = run_table(args.out, args.data, methods=args.methods, targets=args.targets, shots=args.shots,
+                             recipe=args.recipe, backbone=args.backbone, checkpoint=args.checkpoint,
+                             epochs=args.epochs, seed=args.seed, shot_seed=args.shot_seed, device=args.device,
+                             batch_size=args.batch_size, progress=args.progress)
+            print(f"{len(done['computed'])} cells computed, {len(done['skipped'])} already done; "
+                  f"wrote {Path(args.out) / 'table.md'}")
         elif args.command == "train":
             from .train import train
             cfg = _train_config(args)
@@ -204,7 +253,8 @@ def main(argv=None) -> int:
             sigma = args.smooth_sigma if args.smooth_sigma is not None else _smooth_sigma(args.run)
             metrics = evaluate(args.run, args.data, args.target, checkpoint=args.checkpoint,
                                smooth_sigma=sigma, batch_size=args.batch_size, device=args.device,
-                               progress=args.progress, scoring=args.score, overlays=args.overlays)
+                               progress=args.progress, scoring=args.score, overlays=args.overlays,
+                               shots=args.shots, shot_seed=args.shot_seed)
             if distributed.is_main():
                 print(json.dumps(metrics, indent=2))
     except ValueError as err:

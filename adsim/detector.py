@@ -240,6 +240,14 @@ class Detector:
         info = {"zero_shot": method, "backbone": bb.spec, "checkpoint": checkpoint, "options": options}
         return cls(build(bb, **options), device=dev, precision=precision, info=info)
 
+    def with_shots(self, normal_images, k: int, *, seed: int = 0, batch_size: int = 16) -> "Detector":
+        """Few-shot mode (``adsim.fewshot``, MVFA-AD's k-shot setting): ``k`` of ``normal_images`` (normal
+        images of the target: a folder, paths, PIL images or ``adsim.data.Sample`` s), drawn with ``seed``,
+        in a memory bank fused with this detector's zero-shot output. Returns a new detector; never score
+        the shots (``adsim.fewshot.exclude_shots``)."""
+        from .fewshot import attach
+        return attach(self, normal_images, k, seed=seed, batch_size=batch_size)
+
     def _forward(self, x: torch.Tensor, maps: bool) -> M.Output:
         self.method.eval()
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.amp or torch.float32,

@@ -147,11 +147,13 @@ def run_score(cfg, override: str | None = None) -> str:
 
 def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", smooth_sigma: float = 4.0,
              batch_size: int = 16, device: str = "auto", progress: bool = True, scoring: str | None = None,
-             overlays: int = 0) -> dict:
+             overlays: int = 0, shots: int = 0, shot_seed: int = 0) -> dict:
     """Score the target's test split and write ``RUN/metrics.json``; returns the metrics dict.
     ``scoring``: one of ``adsim.head.SCORES`` (default: the run's, else ``"logit_max"``).
     ``overlays=N``: also write the ``N`` most and the ``N`` least anomalous test images' heatmaps
-    (ground-truth contour where a mask exists) to ``RUN/overlays/`` (``adsim.overlays``)."""
+    (ground-truth contour where a mask exists) to ``RUN/overlays/`` (``adsim.overlays``).
+    ``shots=k``: few-shot mode (``adsim.fewshot.for_target``: k normal images of the target's valid split,
+    drawn with ``shot_seed``, in a memory bank; never scored; recorded in metrics.json)."""
     check_sigma(smooth_sigma)
     if not isinstance(overlays, int) or isinstance(overlays, bool) or overlays < 0:
         raise ValueError(f"overlays must be an integer >= 0, got {overlays!r}")
@@ -160,7 +162,11 @@ def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", 
     target = D.canonical_domain(target or cfg.target)
     if target in cfg.train_domains:
         raise ValueError(f"{target} was a training domain of this run: not a zero-shot evaluation")
-    samples = D.list_split(data, target, "test")
+    samples, shot_record = D.list_split(data, target, "test"), {"shots": 0}
+    if shots:
+        from .fewshot import for_target
+        detector, samples, shot_record = for_target(detector, data, target, shots, seed=shot_seed,
+                                                    batch_size=batch_size)
     D.require_both_classes(samples, f"{target} test split")
     has_masks = target in D.MASKED
     scored, image_scores_ = _metrics(detector, samples, batch_size=batch_size, pixel=has_masks,
@@ -170,7 +176,8 @@ def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", 
                "checkpoint": detector.info["checkpoint"], "select": cfg.select, "method": cfg.method,
                "metric": cfg.metric, "vaca": cfg.vaca, "gate_mode": cfg.gate_mode, "backbone": cfg.backbone,
                "seed": cfg.seed, "train_domains": list(cfg.train_domains), "pretrained": spec.pretrained,
-               "auc_unit": "percent", "zero_shot": cfg.select != "test", "scoring": cfg.scoring, **scored}
+               "auc_unit": "percent", "zero_shot": cfg.select != "test", "scoring": cfg.scoring, **scored,
+               **shot_record}
     if cfg.select == "test":
         metrics["warning"] = ("checkpoint selected on the target's test set (authors' protocol): "
                               "optimistic, NOT a zero-shot result")
