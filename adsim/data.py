@@ -17,6 +17,12 @@ from PIL import Image
 DOMAINS = ("Brain", "Liver", "Retina_RESC", "Retina_OCT2017", "Chest", "Histopathology")
 MASKED = ("Brain", "Liver", "Retina_RESC")  # the domains with pixel masks (AS is evaluated)
 SPLITS = ("valid", "test")
+SIMULATED_MARKER = "SIMULATED_TOY_DATA.txt"  # written by ``make-toy-bmad`` at the data root
+
+
+def simulated(root) -> bool:
+    """Whether ``root`` is SIMULATED toy data (``adsim.toy.make_toy_bmad`` left its marker file there)."""
+    return (Path(root) / SIMULATED_MARKER).is_file()
 ALIASES = {"brainmri": "Brain", "liverct": "Liver", "resc": "Retina_RESC",
            "oct17": "Retina_OCT2017", "oct2017": "Retina_OCT2017", "chestxray": "Chest",
            "his": "Histopathology"}

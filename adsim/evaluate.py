@@ -176,8 +176,8 @@ def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", 
                "checkpoint": detector.info["checkpoint"], "select": cfg.select, "method": cfg.method,
                "metric": cfg.metric, "vaca": cfg.vaca, "gate_mode": cfg.gate_mode, "backbone": cfg.backbone,
                "seed": cfg.seed, "train_domains": list(cfg.train_domains), "pretrained": spec.pretrained,
-               "auc_unit": "percent", "zero_shot": cfg.select != "test", "scoring": cfg.scoring, **scored,
-               **shot_record}
+               "auc_unit": "percent", "zero_shot": cfg.select != "test",
+               "simulated_data": D.simulated(data), "scoring": cfg.scoring, **scored, **shot_record}
     if cfg.select == "test":
         metrics["warning"] = ("checkpoint selected on the target's test set (authors' protocol): "
                               "optimistic, NOT a zero-shot result")

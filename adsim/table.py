@@ -168,7 +168,8 @@ def write_outputs(out, targets, methods, shots, record: dict) -> pd.DataFrame:
     df = build_table(out, targets, methods, shots)
     _atomic(out / "table.csv", lambda fh: fh.write(df.to_csv(index=False, float_format="%.2f").encode()))
     header = [f"# Table 1 grid: {', '.join(methods)} x shots {shots}", "",
-              f"This run: data `{record['data']}`, backbone `{record['backbone']}`"
+              f"This run: data `{record['data']}`"
+              f"{' (SIMULATED toy data, make-toy-bmad)' if D.simulated(record['data']) else ''}, backbone `{record['backbone']}`"
               f" ({'pretrained weights' if record['pretrained'] else 'random weights'}), recipe of each trained "
               f"method: {', '.join(f'{m} `{r}`' for m, r in record['recipes'].items()) or 'none'}, shot seed "
               f"{record['shot_seed']}. AUROC in percent; AC = image, "

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .data import DOMAINS, MASKED, SPLITS
+from .data import DOMAINS, MASKED, SIMULATED_MARKER, SPLITS
 
 
 def _grid(size):
@@ -88,4 +88,7 @@ def make_toy_bmad(root, *, n_per_class: int = 8, size: int = 64, seed: int = 0) 
                 _save((anomalous * 255).astype(np.uint8), base / "Ungood" / "img" / name)
                 if domain in MASKED:
                     _save((mask * 255).astype(np.uint8), base / "Ungood" / "anomaly_mask" / name)
+    (root / SIMULATED_MARKER).write_text(  # read by eval and the table runner, which label their outputs
+        f"SIMULATED toy data written by `python -m adsim make-toy-bmad` (n_per_class={n_per_class}, "
+        f"size={size}, seed={seed}); not medical images.\n")
     return root

@@ -80,3 +80,10 @@ def test_holdout_is_stratified_and_deterministic(toy_root):
     assert D.holdout(samples, 0.5, seed=0) == (train, held)
     with pytest.raises(ValueError, match="fraction"):
         D.holdout(samples, 1.0, seed=0)
+
+
+def test_toy_data_is_marked_simulated(toy_root, tmp_path):
+    """make-toy-bmad leaves a marker that eval and the table runner read; a folder without it is not
+    called simulated."""
+    assert D.simulated(toy_root) and "SIMULATED" in (toy_root / D.SIMULATED_MARKER).read_text()
+    assert not D.simulated(tmp_path)

@@ -30,6 +30,7 @@ def test_train_eval_metrics_json(toy_root, no_brain, tmp_path):
     assert 0.0 <= m["image_auc"] <= 100.0 and 0.0 <= m["pixel_auc"] <= 100.0
     assert all(0.0 <= m[k] <= 100.0 for k in ("image_ap", "image_f1max", "pixel_ap", "pixel_f1max", "aupro"))
     assert m["n_images"] == 4 and m["n_anomalous"] == 2 and "warning_weights" in m
+    assert m["simulated_data"] is True  # make-toy-bmad's marker file (adsim.data.simulated)
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["config"]["train_domains"] == ["Liver", "Retina_RESC", "Retina_OCT2017", "Chest", "Histopathology"]
     assert cfg["config"]["seed"] == 0 and cfg["n_train_images"] == 40

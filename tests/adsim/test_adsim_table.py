@@ -53,6 +53,7 @@ def test_table_grid_files_and_rerun_skips(toy_root, tmp_path, counted, capsys):
     assert brain["paper-reported Ours AS"] == REF.TABLE1["Ours"][("Brain", "AS")]
     md = (out / "table.md").read_text()
     assert "MEANINGLESS" in md and "paper-reported" in md and "| Brain |" in md
+    assert "(SIMULATED toy data, make-toy-bmad)" in md  # the toy root carries make-toy-bmad's marker
     assert "naive `clean`, match `clean`" in md  # the recipe each trained method ran with
     cell = json.loads((out / "cells" / "Brain__naive__k2.json").read_text())
     assert len(cell["metrics"]["shot_files"]) == 2 and cell["metrics"]["n_images"] == 4  # valid shots, 4 test
