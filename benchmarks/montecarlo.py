@@ -157,7 +157,7 @@ def profile(S: int = 2048) -> str:
         cells = [best(draw_fn, keys), best(est_fn, draws)]
         if mat:
             smp = np.asarray(draws.samples).reshape(S, -1, spec.d)
-            cells.append(best(lambda x: _engine.host_prefix_medians(x, spec.n, spec.Ks), smp))
+            cells.append(best(lambda x, s=spec: _engine.host_prefix_medians(x, s.n, s.Ks), smp))
         out.append(f"{'materialised' if mat else 'sufficient statistics'}: draws {cells[0]:.0f} ms, "
                    f"estimates {cells[1]:.0f} ms" + (f" (of which host sample medians {cells[2]:.0f} ms)"
                                                      if mat else ""))

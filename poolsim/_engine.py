@@ -360,7 +360,7 @@ def _batched_match(x, mass, c0, spec: Spec):
         return _core.distance(x, c[:, None, :], spec.metric)
 
     def body(state):
-        t, c, inc, total, done, conv = state
+        t, c, _, _, done, _ = state
         active = ~done & (t < spec.max_iter)
         inc_n = _core.gate(gate_dist(c), spec.tau) * valid
         w = inc_n * mass
