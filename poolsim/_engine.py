@@ -1,9 +1,12 @@
-"""Vectorised JAX Monte Carlo: one seed is a pure function, ``vmap`` runs many, ``lax.scan`` walks K.
+"""Vectorised JAX Monte Carlo: a batch of seeds at once, ``lax.scan`` walks K.
 
 For each seed: draw ``K_max`` domain means from the meta-distribution, then the per-domain data
 (either materialised samples ``(K_max, n, d)`` or their sufficient statistics), then scan over the
 requested K values -- every K is the prefix ``1..K`` of the same domains, handled with 0/1 masks so
-shapes never change and the whole experiment is traced once. ``simulate(...,
+shapes never change and the whole experiment is traced once. :func:`_one_seed` states one seed's
+computation; the engine (:func:`_batch`) computes the same numbers for a whole chunk of seeds with
+the seed axis leading (one scan, one batched matching loop per K), and the random keys come from
+:mod:`poolsim._rng` (JAX's Threefry numbers, faster bits on CPU). ``simulate(...,
 distributed=True)`` splits the seeds over the processes of a ``jax.distributed`` job.
 
 Sufficient-statistics path (``materialize=False``): with ``x_{k,i} ~ N(mu_k, s^2 I)``,
@@ -31,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _core
+from . import _core, _rng
 
 STRATEGIES = ("pool", "subsample", "match")
 
@@ -129,7 +132,8 @@ def _sub_draws(key, spec: Spec, dtype) -> _SubDraws:
     else:  # only q matters: one uniform through the exact inverse CDF
         values, prob = collision_law(spec.n, spec.n_sub)
         cdf = jnp.asarray(np.cumsum(prob)[:-1], dtype)
-        q = jnp.asarray(values, dtype)[jnp.searchsorted(cdf, jax.random.uniform(ki, shape, dtype))]
+        u = jax.random.uniform(ki, shape, dtype)  # compare_all: same index, no loop of gathers
+        q = jnp.asarray(values, dtype)[jnp.searchsorted(cdf, u, method="compare_all")]
         idx = jnp.zeros(shape + (0,), jnp.int32)
     return _SubDraws(jax.random.uniform(kp, shape, dtype), idx, q,
                      jax.random.normal(kz, shape + (spec.d,), dtype))
@@ -187,30 +191,43 @@ def prefix_medians(x, group, Ks):
     return 0.5 * (pick(lo) + pick(hi))
 
 
-def host_prefix_medians(x: np.ndarray, n: int, Ks, block: int = 64) -> np.ndarray:
-    """NumPy twin of :func:`prefix_medians` for rows grouped in consecutive runs of ``n``
-    (row r belongs to group ``r // n``, so ``group < K`` is the first ``K n`` rows).
+def _sortable_u32(bits):
+    """Order-preserving map of float32 bit patterns (uint32) to uint32: negative floats have
+    all bits flipped, non-negative ones the sign bit set (so -0.0 sorts just below +0.0; both
+    compare equal as floats and give the same median). Its inverse is :func:`_float_from_key`."""
+    return np.where(bits >= np.uint32(0x80000000), ~bits, bits | np.uint32(0x80000000))
 
-    ``x: (..., R, d)`` -> ``(..., nK, d)``, exactly the order statistics :func:`prefix_medians`
-    picks. Why hand-written and on the host: XLA's CPU sort calls a generated comparator per
-    comparison and was ~10x slower than NumPy's SIMD sort here, and the ``(nK, R)`` running
-    count (a log-depth scan in XLA) cost more than the sort. Instead: one NumPy sort per column,
-    then block counts -- ``np.bincount`` of (block, group) gives how many rows of each group lie
-    in each block of ``block`` sorted positions, so the block holding the j-th valid row is found
-    from ``R / block`` partial sums and only that block is scanned. O(R log R) for the sort plus
-    O(R + nK (R / block + block)) per column, instead of O(nK R).
-    """
-    x = np.asarray(x)
-    Ks = np.asarray(Ks, dtype=np.int64)
-    *lead, R, d = x.shape
+
+def _float_from_key(k):
+    return np.where(k >= np.uint32(0x80000000), k ^ np.uint32(0x80000000), ~k).view(np.float32)
+
+
+def _medians_of_columns(cols, n: int, Ks, block: int):
+    """Prefix medians ``(M, nK)`` of the rows of ``cols: (M, R)`` (see
+    :func:`host_prefix_medians`). float32: each value and its group are packed into one uint64
+    key (order-preserving value bits above the group bits) and sorted with ``np.sort`` -- one
+    SIMD sort instead of an ``argsort`` plus two gathers (values, groups); other dtypes:
+    ``argsort``."""
+    M, R = cols.shape
     G = -(-R // n)  # groups; G itself marks padding, which no prefix contains
-    cols = np.moveaxis(x, -1, -2).reshape(-1, R)  # (M, R)
-    M = cols.shape[0]
-    order = np.argsort(cols, axis=-1)
-    srt = np.take_along_axis(cols, order, axis=-1)
     nb = -(-R // block)
     g = np.full((M, nb * block), G, dtype=np.int32)
-    np.floor_divide(order, n, out=g[:, :R])
+    if cols.dtype == np.float32:
+        shift = np.uint64(int(G).bit_length())
+        key = _sortable_u32(cols.view(np.uint32)).astype(np.uint64) << shift
+        key |= (np.arange(R, dtype=np.uint64) // np.uint64(n))
+        key.sort(axis=-1)
+        g[:, :R] = key & np.uint64((1 << int(shift)) - 1)
+
+        def value(pos):
+            return _float_from_key((np.take_along_axis(key, pos, axis=1) >> shift).astype(np.uint32))
+    else:
+        order = np.argsort(cols, axis=-1)
+        srt = np.take_along_axis(cols, order, axis=-1)
+        np.floor_divide(order, n, out=g[:, :R])
+
+        def value(pos):
+            return np.take_along_axis(srt, pos, axis=1)
     gb = g.reshape(M, nb, block)
     offset = (np.arange(M * nb, dtype=np.int64) * (G + 1)).reshape(M, nb, 1)
     hist = np.bincount((gb + offset).ravel(), minlength=M * nb * (G + 1)).reshape(M, nb, G + 1)
@@ -225,10 +242,48 @@ def host_prefix_medians(x: np.ndarray, n: int, Ks, block: int = 64) -> np.ndarra
         inside = np.take_along_axis(gb, b[:, :, None], axis=1) < Ks[:, None]  # (M, nK, block)
         rank = np.cumsum(inside, axis=2, dtype=np.int32)
         pos = b * block + np.sum(rank <= (j - before)[:, :, None], axis=2)
-        return np.take_along_axis(srt, pos, axis=1)
+        return value(pos)
 
-    med = 0.5 * (pick((count - 1) // 2) + pick(count // 2))  # (M, nK)
-    return np.moveaxis(med.reshape(*lead, d, len(Ks)), -1, -2).astype(x.dtype)
+    return 0.5 * (pick((count - 1) // 2) + pick(count // 2))
+
+
+def host_prefix_medians(x: np.ndarray, n: int, Ks, block: int = 64, batch: int = 256,
+                        threads: int = 2) -> np.ndarray:
+    """NumPy twin of :func:`prefix_medians` for rows grouped in consecutive runs of ``n``
+    (row r belongs to group ``r // n``, so ``group < K`` is the first ``K n`` rows).
+
+    ``x: (..., R, d)`` -> ``(..., nK, d)``, exactly the order statistics :func:`prefix_medians`
+    picks. Why hand-written and on the host: XLA's CPU sort calls a generated comparator per
+    comparison and was ~10x slower than NumPy's SIMD sort here, and the ``(nK, R)`` running
+    count (a log-depth scan in XLA) cost more than the sort. Instead: one NumPy sort per column
+    (float32: of packed value-and-group keys, :func:`_medians_of_columns`), then block counts --
+    ``np.bincount`` of (block, group) gives how many rows of each group lie in each block of
+    ``block`` sorted positions, so the block holding the j-th valid row is found from
+    ``R / block`` partial sums and only that block is scanned. O(R log R) for the sort plus
+    O(R + nK (R / block + block)) per column, instead of O(nK R). Columns go in batches of
+    ``batch`` (the working arrays stay in cache: ~2x faster than all at once, measured) spread
+    over ``threads`` threads (NumPy's sort releases the GIL; the CPU engine's XLA threads are
+    idle while this callback runs).
+    """
+    x = np.asarray(x)
+    Ks = np.asarray(Ks, dtype=np.int64)
+    *lead, R, d = x.shape
+    cols = np.ascontiguousarray(np.moveaxis(x, -1, -2).reshape(-1, R))  # (M, R)
+    out = np.empty((cols.shape[0], len(Ks)), x.dtype)
+
+    def run(start):
+        out[start:start + batch] = _medians_of_columns(cols[start:start + batch], n, Ks, block)
+
+    starts = range(0, cols.shape[0], batch)
+    if threads > 1 and len(starts) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(run, starts))
+    else:
+        for start in starts:
+            run(start)
+    return np.moveaxis(out.reshape(*lead, d, len(Ks)), -1, -2)
 
 
 def _grouped_medians(pts, n: int, Ks: tuple):
@@ -281,11 +336,133 @@ def _one_seed(spec: Spec, dtype, key) -> SeedResult:
     return SeedResult(est, used, conv, it, inc, means, xbar)
 
 
+def _batched_match(x, mass, c0, spec: Spec):
+    """:func:`_core.iterate_match` for a batch of seeds at once, the same iteration seed by seed.
+
+    ``x: (S, K_max, d)`` domain means, ``mass: (K_max,)`` (shared: the prefix mask times n),
+    ``c0: (S, d)``. Returns ``(c (S, d), included (S, K_max), n_iter (S,), converged (S,))``.
+
+    One ``lax.while_loop`` over the batch while any seed is still iterating; a finished seed's
+    state is frozen by a select (exactly what ``vmap`` of the per-seed ``while_loop`` does), but
+    the arrays are laid out ``(S, d, K_max)`` so that both reductions of an iteration -- the
+    distance over d for the L2 gate and the weighted sum over the domains -- run over a
+    contiguous axis: measured ~2x faster than the vmapped loop (whose ``(S, K_max, d)`` sum over
+    domains strides by d) and ~8x faster than a seed-minor ``(d, K_max, S)`` layout on XLA's CPU
+    backend. Same operations and reduction axes per seed, so the same numbers (tested).
+    """
+    S = x.shape[0]
+    xt = jnp.swapaxes(x, 1, 2)  # (S, d, K_max)
+    valid = (mass > 0).astype(x.dtype)
+
+    def gate_dist(c):
+        if spec.metric == "l2":
+            return _core.safe_norm(xt - c[:, :, None], axis=1)  # (S, K_max)
+        return _core.distance(x, c[:, None, :], spec.metric)
+
+    def body(state):
+        t, c, _, _, done, _ = state
+        active = ~done & (t < spec.max_iter)
+        inc_n = _core.gate(gate_dist(c), spec.tau) * valid
+        w = inc_n * mass
+        total_n = jnp.sum(w, axis=1)
+        has = total_n > 0
+        mean = jnp.sum(w[:, None, :] * xt, axis=2) / jnp.where(has, total_n, 1.0)[:, None]
+        c_next = jnp.where(has[:, None], mean, c)
+        empty = total_n <= 0
+        moved = _core.safe_norm(c_next - c) < spec.tol
+        new = (t + 1, jnp.where(empty[:, None], c, c_next), inc_n, total_n, empty | moved,
+               moved & ~empty)
+        return tuple(jnp.where(active.reshape((S,) + (1,) * (a.ndim - 1)), a, b)
+                     for a, b in zip(new, state))
+
+    def cond(state):
+        t, _, _, _, done, _ = state
+        return jnp.any(~done & (t < spec.max_iter))
+
+    state = (jnp.zeros(S, jnp.int32), c0, jnp.zeros(x.shape[:2], x.dtype),
+             jnp.zeros(S, x.dtype), jnp.zeros(S, bool), jnp.zeros(S, bool))
+    t, c, inc, _, _, conv = jax.lax.while_loop(cond, body, state)
+    return c, inc, t, conv
+
+
+class _Draws(NamedTuple):
+    """Every random number of a batch of seeds (leading axis S): the output of the engine's first
+    program, :func:`_draw_batch`."""
+
+    means: Any  # (S, K_max, d)
+    samples: Any  # (S, K_max, n, d) or None (sufficient statistics)
+    xbar: Any  # (S, K_max, d)
+    sub: Any  # _SubDraws with fields (S, nK, ...)
+
+
+def _draw_batch(spec: Spec, dtype, keys) -> _Draws:
+    """First program of the engine: all draws of seeds ``keys: (S,)`` (vmap of :func:`draw` and
+    :func:`_sub_draws`, the same numbers as in :func:`_one_seed`). A separate program on purpose:
+    inside one program XLA fuses the Threefry hash and the inverse normal CDF into consumers that
+    read each value many times (once per K, or K_max times in the subsampling ranks) and
+    recomputes it there -- ``optimization_barrier`` does not stop this on the CPU backend; the
+    program boundary does (measured 4-10x on the subsampling step)."""
+    means, samples, xbar, k_sub = jax.vmap(functools.partial(draw, spec, dtype))(keys)
+    return _Draws(means, samples, xbar, jax.vmap(lambda k: _sub_draws(k, spec, dtype))(k_sub))
+
+
+def _batch(spec: Spec, dtype, draws: _Draws) -> SeedResult:
+    """Second program: the estimates for a batch of seeds from their :func:`_draw_batch` draws,
+    seed axis leading: the same results as ``vmap`` of :func:`_one_seed` (tested), organised for
+    speed. The paper's sample medians for every seed go to the host in one call; pooling and
+    subsampling -- no loops, nothing carried between K values -- are evaluated for all K at once
+    (``vmap`` over K, measured 3.5x cheaper than inside the scan); only matching runs in a
+    ``lax.scan`` over the K values, as one batched loop per K (:func:`_batched_match`) instead of
+    a vmapped ``while_loop``."""
+    means, samples, xbar, sub = draws
+    S = xbar.shape[0]
+    Ks = jnp.asarray(spec.Ks, jnp.int32)
+    masks = (jnp.arange(spec.K_max)[None, :] < Ks[:, None]).astype(dtype)  # (nK, K_max)
+    pool = jax.vmap(lambda mask: jnp.sum(mask[None, :, None] * xbar, axis=1) / jnp.sum(mask))(
+        masks)  # (nK, S, d)
+    per_k = jax.vmap(lambda r, xb, smp, mask, K: _subsample_mean(r, xb, smp, mask, K, spec, dtype),
+                     in_axes=(0, None, None, 0, 0))
+    sub_est, m = jax.vmap(per_k, in_axes=(0, 0, 0 if samples is not None else None, None, None))(
+        sub, xbar, samples, masks, Ks)  # (S, nK, d), (S, nK)
+    if spec.init == "median":
+        if samples is not None:
+            c0 = jax.vmap(lambda p: _grouped_medians(p, spec.n, spec.Ks))(
+                samples.reshape(S, -1, spec.d))
+        else:
+            c0 = jax.vmap(lambda p: prefix_medians(p, jnp.arange(spec.K_max), Ks))(xbar)
+        c0 = jnp.swapaxes(c0, 0, 1)  # (nK, S, d)
+    elif spec.init == "mean":
+        c0 = pool
+    else:
+        c0 = jnp.broadcast_to(jnp.asarray(spec.mu_star, dtype), pool.shape)
+    n = jnp.asarray(spec.n, dtype)
+
+    def step(_, inp):
+        mask, start = inp
+        c, inc, it, conv = _batched_match(xbar, mask * n, start, spec)
+        return None, (c, conv, it, inc)
+
+    _, (c, conv, it, inc) = jax.lax.scan(step, None, (masks, c0))
+    pool, c, conv, it, inc = (jnp.swapaxes(a, 0, 1) for a in (pool, c, conv, it, inc))
+    est = jnp.stack([pool, sub_est, c], axis=2)
+    used = jnp.stack([jnp.broadcast_to(Ks, (S, len(spec.Ks))), m,
+                      jnp.sum(inc, axis=2).astype(jnp.int32)], axis=2)
+    return SeedResult(est, used, conv, it, inc, means, xbar)
+
+
 @functools.lru_cache(maxsize=64)
-def _compiled(spec: Spec, dtype_name: str):
-    """One jitted, vmapped function per (spec, dtype): the compile-count test checks it traces once."""
+def _compiled(spec: Spec, dtype_name: str) -> tuple[Callable, Callable]:
+    """The engine's two jitted programs per (spec, dtype), :func:`_draw_batch` and :func:`_batch`
+    (``est(draw(keys))``): the compile-count test checks each traces once."""
     dtype = jnp.dtype(dtype_name)
-    return jax.jit(jax.vmap(functools.partial(_one_seed, spec, dtype)))
+    return (jax.jit(functools.partial(_draw_batch, spec, dtype)),
+            jax.jit(functools.partial(_batch, spec, dtype)))
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_vmapped(spec: Spec, dtype_name: str):
+    """The plain ``vmap`` of :func:`_one_seed`: the batched engine's oracle in the tests."""
+    return jax.jit(jax.vmap(functools.partial(_one_seed, spec, jnp.dtype(dtype_name))))
 
 
 def _shard(keys):
@@ -314,9 +491,11 @@ def process_block(S: int) -> tuple[int, int]:
 
 def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: int = 2048,
              shard: bool = True, progress: Callable[[int], None] | None = None,
-             distributed: bool = False) -> SeedResult:
-    """Run ``spec`` for every seed in ``seeds`` (int array). Seed s uses ``jax.random.key(s)``, so a
-    seed's result does not depend on the other seeds, the chunking, the sharding or the process.
+             distributed: bool = False, batched: bool = True) -> SeedResult:
+    """Run ``spec`` for every seed in ``seeds`` (int array). Seed s uses ``jax.random.key(s)``'s
+    numbers (through :func:`poolsim._rng.fast_key`), so a seed's result does not depend on the
+    other seeds, the chunking, the sharding or the process. ``batched=False`` runs the plain
+    ``vmap`` of :func:`_one_seed` instead (same results, slower; the tests' oracle).
 
     Seeds are processed in chunks of ``chunk`` (the last one padded, so one trace serves all;
     ~2k seeds per chunk was fastest on a 2-core CPU, larger ones fall out of cache);
@@ -336,7 +515,7 @@ def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: in
         start, per = process_block(S)
         padded = np.concatenate([seeds, np.full(per * jax.process_count() - S, seeds[-1])])
         local = simulate(spec, padded[start:start + per], dtype=dtype, chunk=chunk, shard=shard,
-                         progress=progress)
+                         progress=progress, batched=batched)
         from jax.experimental import multihost_utils
 
         ctx = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
@@ -351,11 +530,15 @@ def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: in
     ctx = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
     parts = []
     with ctx:
-        fn = _compiled(spec, dtype)
+        if batched:
+            draw_fn, est_fn = _compiled(spec, dtype)
+            fn = lambda k: est_fn(draw_fn(k))  # noqa: E731
+        else:
+            fn = _compiled_vmapped(spec, dtype)
         for start in range(0, S, chunk):
             block = seeds[start:start + chunk]
             padded = np.concatenate([block, np.full(chunk - len(block), block[-1])])
-            keys = jax.vmap(jax.random.key)(jnp.asarray(padded, dtype=jnp.uint32))
+            keys = jax.vmap(_rng.fast_key)(jnp.asarray(padded, dtype=jnp.uint32))
             out = fn(_shard(keys) if shard else keys)
             parts.append(jax.tree.map(lambda a, k=len(block): np.asarray(a)[:k], out))
             if progress is not None:
