@@ -246,6 +246,8 @@ def _to_jax(t: torch.Tensor, scan_device: str):
     t = t.detach().contiguous()
     if scan_device == "auto" and t.device.type != "cpu" and any(d.platform == "gpu" for d in jax.devices()):
         return jax.dlpack.from_dlpack(t)
+    if jax.default_backend() == "cpu":  # a NumPy copy: the jitted call moves it (cheaper than device_put)
+        return t.cpu().numpy().copy()
     return jax.device_put(t.cpu().numpy(), jax.devices("cpu")[0])
 
 
@@ -326,7 +328,7 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
     state = [t.to(f.dtype) for t in (c_pos, c_neg, init_pos, init_neg)]
     with torch.no_grad():
         args = [_to_jax(t, scan_device) for t in (f, is_pos, is_neg, *state)]
-        on_gpu = next(iter(args[0].devices())).platform == "gpu"
+        on_gpu = hasattr(args[0], "devices") and next(iter(args[0].devices())).platform == "gpu"
         scan = _compiled_scan(metric, alpha, GPU_UNROLL if on_gpu else 1, tau, update)
         acc_pos, acc_neg, r_pos, r_neg = (_to_torch(a, f.device) for a in scan(*args))
     if update == "ema":
