@@ -33,9 +33,13 @@ centroids agree to ~1e-6. **Gradient:** the normalisers are held constant, so ``
 (followed by the Jacobian of one final renormalisation) instead of the literal loop's product of
 per-step projections ``(I - c c^T) / r``: it is exactly the gradient of the literal loop with every
 ``r_j`` detached and one renormalisation at the end (tested); with one EMA step per centroid the two
-gradients coincide (scale invariance of the renormalisation, tested). ``CentroidBank(mode="sequential")`` uses it for ``update="ema"``; slerp has
-no weighted-sum form and runs the literal loop. ``match(..., mode="sequential")`` stays the literal
-loop, the oracle of the tests.
+gradients coincide (scale invariance of the renormalisation, tested). Slerp has no weighted-sum form:
+the same scan takes its decisions (body ``_core.slerp_update``) and :func:`slerp_trajectory` replays
+the literal chain in torch over the accepted features only, all slots at once (values and gradients
+are the loop's). ``CentroidBank(mode="sequential")`` uses :func:`match_sequential` for both updates;
+``match(..., mode="sequential")`` stays the literal loop, the oracle of the tests. (Measured on the
+``authors`` recipe's protocol cells, where the literal slerp loop was most of a cell's time:
+``benchmarks/RESULTS.md``, "adsim authors recipe: where a protocol cell's time goes".)
 
 The batched gate is an *approximation* of Algorithm 1 (decisions against the batch-start centroids).
 Measured with ``python benchmarks/adsim_gate.py`` on one 32-image toy batch (tiny backbone, random
@@ -173,13 +177,14 @@ def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geode
 
 
 def _scan_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric: str, alpha: float,
-                    unroll: int = 1, tau: float | None = None):
+                    unroll: int = 1, tau: float | None = None, update: str = "ema"):
     """Algorithm 1's decisions for ``S`` slots at once (jax.numpy; compiled by :func:`_compiled_scan`).
 
     ``f: (S, n, d)`` unit features, ``is_pos, is_neg: (n,)`` 0/1, ``c_*: (S, d)``, ``init_*: (S,)``.
     Returns ``(acc_pos, acc_neg, r_pos, r_neg)``, each ``(S, n)``: the 0/1 decisions and, per step, the
     norm ``r = ||alpha c + (1 - alpha) f||`` that the EMA divides by (0 where the EMA would be 0/0 and
-    leaves ``c`` unchanged, the antipodal case of ``_core.ema_update``).
+    leaves ``c`` unchanged, the antipodal case of ``_core.ema_update``). ``update="slerp"``: the
+    centroids move by ``_core.slerp_update`` and ``r`` is the decisions again (unused).
     """
     import jax.numpy as jnp
     from jax import lax
@@ -191,9 +196,10 @@ def _scan_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metr
         out = [ok_pos * pj, ok_neg * nj]
         moved = []
         for c, a in ((cp, out[0]), (cn, out[1])):
-            r = _core.safe_norm(_core.ema_update(c, fj, alpha, renormalize=False))
-            moved.append(jnp.where(a[:, None] > 0, _core.ema_update(c, fj, alpha), c))
-            out.append(a * r)
+            moved.append(jnp.where(a[:, None] > 0, _move(c, fj, alpha, update), c))
+            # the EMA's normaliser (slerp needs none: its chain is replayed literally, slerp_trajectory)
+            out.append(a * _core.safe_norm(_core.ema_update(c, fj, alpha, renormalize=False)) if update == "ema"
+                       else a)
         carry = (moved[0], moved[1], jnp.maximum(ip, out[0]), jnp.maximum(in_, out[1]))
         return carry, tuple(out)
 
@@ -220,12 +226,13 @@ def _jax():
 GPU_UNROLL = 8
 
 
-def _compiled_scan(metric: str, alpha: float, unroll: int = 1, tau: float | None = None):
-    """``jax.jit`` of :func:`_scan_decisions` for one (metric, alpha, unroll, tau); recompiles per shape."""
-    key = (metric, float(alpha), int(unroll), tau)
+def _compiled_scan(metric: str, alpha: float, unroll: int = 1, tau: float | None = None, update: str = "ema"):
+    """``jax.jit`` of :func:`_scan_decisions` for one (metric, alpha, unroll, tau, update); recompiles per
+    shape."""
+    key = (metric, float(alpha), int(unroll), tau, update)
     if key not in _SCANS:
         _SCANS[key] = _jax().jit(partial(_scan_decisions, metric=metric, alpha=float(alpha), unroll=int(unroll),
-                                         tau=tau))
+                                         tau=tau, update=update))
     return _SCANS[key]
 
 
@@ -239,6 +246,8 @@ def _to_jax(t: torch.Tensor, scan_device: str):
     t = t.detach().contiguous()
     if scan_device == "auto" and t.device.type != "cpu" and any(d.platform == "gpu" for d in jax.devices()):
         return jax.dlpack.from_dlpack(t)
+    if jax.default_backend() == "cpu":  # a NumPy copy: the jitted call moves it (cheaper than device_put)
+        return t.cpu().numpy().copy()
     return jax.device_put(t.cpu().numpy(), jax.devices("cpu")[0])
 
 
@@ -271,6 +280,26 @@ def ema_trajectory(f, c0, moved, r, alpha: float):
     return torch.where(any_moved, _core.normalize(c), c0)
 
 
+def slerp_trajectory(f, c0, moved, alpha: float):
+    """Centroids after the slerp steps of Algorithm 1, ``(S, d)``: the literal chain replayed over the
+    features that moved some slot's centroid.
+
+    ``f: (S, n, d)`` unit features, ``c0: (S, d)`` start centroids, ``moved: (S, n)`` 0/1 decisions
+    (no gradient). Slerp has no weighted-sum form, so each moving step is one ``_core.slerp_update``
+    of all ``S`` slots, blended with the decision as the literal loop of :func:`match` does
+    (``a * slerp(c, f_j) + (1 - a) * c``); steps where no slot moved are skipped (they change nothing
+    and, as in the loop, pass no gradient). Values and gradients are therefore the literal loop's,
+    with at most ``n`` vectorised steps instead of ``S * n`` gate-and-move steps. Reading which steps
+    moved is one host sync.
+    """
+    moved = moved.to(f.dtype)
+    c = c0.clone()  # a new tensor even when nothing moves (c0 may be a view of a bank buffer)
+    for j in torch.nonzero(moved.amax(0) > 0).flatten().tolist():
+        a = moved[:, j, None]
+        c = a * _move(c, f[:, j], alpha, "slerp") + (1.0 - a) * c
+    return c
+
+
 def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
                      alpha: float = 0.5, update: str = "ema", scan_device: str = "auto",
                      tau: float | None = None) -> Matched:
@@ -279,15 +308,13 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
     ``f: (S, n, d)`` features (normalised here), ``y, valid: (n,)`` shared by the slots,
     ``c_pos, c_neg: (S, d)``, ``init_pos, init_neg: (S,)``. Returns :class:`Matched` with a leading
     slot axis; same decisions as ``match(..., mode="sequential")`` slot by slot, centroids equal up
-    to rounding, gradients with the EMA normalisers held constant. EMA only: slerp raises
-    ``ValueError`` (use the literal loop, ``match(..., mode="sequential", update="slerp")``).
+    to rounding, gradients with the EMA normalisers held constant (``update="ema"``) or the literal
+    loop's gradients (``update="slerp"``: :func:`slerp_trajectory` replays the chain over the accepted
+    features).
     ``scan_device``: ``"auto"`` runs the decision scan on the tensors' GPU when JAX has one (else on
     the CPU); ``"cpu"`` always copies the features to the host and scans there.
     """
     _validate(metric, "sequential", update)
-    if update != "ema":
-        raise ValueError(f"the fast sequential gate supports update='ema' only (slerp has no weighted-sum "
-                         f"form), got {update!r}; use match(..., mode='sequential') for the literal loop")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"EMA factor alpha must be in (0, 1), got {alpha!r}")
     if scan_device not in SCAN_DEVICES:
@@ -301,11 +328,15 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
     state = [t.to(f.dtype) for t in (c_pos, c_neg, init_pos, init_neg)]
     with torch.no_grad():
         args = [_to_jax(t, scan_device) for t in (f, is_pos, is_neg, *state)]
-        on_gpu = next(iter(args[0].devices())).platform == "gpu"
-        scan = _compiled_scan(metric, alpha, GPU_UNROLL if on_gpu else 1, tau)
+        on_gpu = hasattr(args[0], "devices") and next(iter(args[0].devices())).platform == "gpu"
+        scan = _compiled_scan(metric, alpha, GPU_UNROLL if on_gpu else 1, tau, update)
         acc_pos, acc_neg, r_pos, r_neg = (_to_torch(a, f.device) for a in scan(*args))
-    c_pos = ema_trajectory(f, state[0], acc_pos * (r_pos > 0), r_pos, alpha)
-    c_neg = ema_trajectory(f, state[1], acc_neg * (r_neg > 0), r_neg, alpha)
+    if update == "ema":
+        c_pos = ema_trajectory(f, state[0], acc_pos * (r_pos > 0), r_pos, alpha)
+        c_neg = ema_trajectory(f, state[1], acc_neg * (r_neg > 0), r_neg, alpha)
+    else:
+        c_pos = slerp_trajectory(f, state[0], acc_pos, alpha)
+        c_neg = slerp_trajectory(f, state[1], acc_neg, alpha)
     init_pos = torch.maximum(state[2], acc_pos.amax(-1))
     init_neg = torch.maximum(state[3], acc_neg.amax(-1))
     return Matched(c_pos, c_neg, acc_pos, acc_neg, init_pos, init_neg)
@@ -317,8 +348,7 @@ class CentroidBank(torch.nn.Module):
     ``step(start, f, y, valid)`` matches ``f: (S, n, d)`` against slots ``start .. start+S-1``
     (``y, valid: (n,)`` shared by the slots) and, in training mode, stores the detached result. The
     batched gate runs all slots with the same batched kernels (``_batched``); the sequential gate is
-    :func:`match_sequential` (all slots in one compiled scan) for the EMA update and the literal loop
-    of :func:`match` for slerp.
+    :func:`match_sequential` (all slots in one compiled scan) for both the EMA and the slerp update.
     """
 
     def __init__(self, n_slots: int, dim: int, *, metric: str = "geodesic", mode: str = "batched",
@@ -338,17 +368,14 @@ class CentroidBank(torch.nn.Module):
         are already unit vectors (skips the normalisation; batched mode only, else ignored)."""
         sl = slice(start, start + f.shape[0])
         state = (self.c_pos[sl], self.c_neg[sl], self.init_pos[sl], self.init_neg[sl])
-        run = partial(match, metric=self.metric, mode=self.mode, alpha=self.alpha, update=self.update, tau=self.tau)
         if self.mode == "batched":
             f = f.float() if unit else _core.normalize(f.float())
             y, valid = y.to(f.dtype), valid.to(f.dtype)
             out = _batched(f, (1.0 - y) * valid, y * valid, *state, metric=self.metric, alpha=self.alpha,
                            update=self.update, tau=self.tau)
-        elif self.update == "ema":  # exact sequential gate, all slots in one compiled scan
-            out = match_sequential(f, y, valid, *state, metric=self.metric, alpha=self.alpha, tau=self.tau)
-        else:  # slerp: the literal loop, slots one after the other
-            per_slot = [run(f[s], y, valid, *(t[s] for t in state)) for s in range(f.shape[0])]
-            out = Matched(*(torch.stack(field) for field in zip(*per_slot)))
+        else:  # exact sequential gate, all slots in one compiled scan (EMA and slerp)
+            out = match_sequential(f, y, valid, *state, metric=self.metric, alpha=self.alpha, tau=self.tau,
+                                   update=self.update)
         if self.training:
             with torch.no_grad():
                 self.c_pos[sl] = out.c_pos.detach()

@@ -138,7 +138,7 @@ def test_antipodal_feature_leaves_the_centroid_like_the_literal_loop():
     assert not torch.equal(fast.c_pos, c)  # the second feature did move it
 
 
-def test_bank_sequential_uses_the_exact_gate_and_slerp_the_loop():
+def test_bank_sequential_uses_the_exact_gate_for_both_updates():
     args = _inputs(6)
     for update in ("ema", "slerp"):
         bank = CentroidBank(S, D, mode="sequential", update=update)
@@ -149,7 +149,7 @@ def test_bank_sequential_uses_the_exact_gate_and_slerp_the_loop():
         torch.testing.assert_close(bank.c_pos, ref[0], rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("kw, msg", [({"update": "slerp"}, "update='ema' only"), ({"alpha": 1.0}, "alpha"),
+@pytest.mark.parametrize("kw, msg", [({"update": "slerp_delta"}, "centroid update must be one of"), ({"alpha": 1.0}, "alpha"),
                                      ({"metric": "manhattan"}, "metric must be one of"),
                                      ({"scan_device": "tpu"}, "scan_device must be one of")])
 def test_bad_options(kw, msg):
