@@ -202,7 +202,7 @@ def few_prefix_medians(x, Ks):
     ``b_i = sum_j [row j precedes row i] 2^j`` (R^2 comparisons) gives its rank inside prefix K
     as ``popcount(b_i & (2^K - 1))``; the r-th smallest of the prefix is the row i < K of rank r.
     """
-    S, R, d = x.shape
+    R = x.shape[1]
     if R > 32:
         raise ValueError(f"few_prefix_medians: at most 32 rows, got R={R}")
     xt = jnp.swapaxes(x, 1, 2)  # (S, d, R)
