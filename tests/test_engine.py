@@ -271,3 +271,60 @@ def test_fused_threefry_keys_draw_exactly_jax_numbers(dtype):
     for f, w in zip(fast, want):
         assert f.dtype == w.dtype
         np.testing.assert_array_equal(np.asarray(f), np.asarray(w))
+
+
+@pytest.mark.parametrize("R", [1, 7, 30, 32])
+def test_few_prefix_medians_equal_numpy_median(rng, R):
+    # The rank/popcount prefix medians of the domain means (sufficient path) against NumPy's own
+    # median of every prefix (independent) and against the sort-based prefix_medians (the same
+    # order statistics, so bit-identical); ties and signed zeros included by rounding.
+    import jax.numpy as jnp
+
+    x = np.round(rng.normal(size=(5, R, 2)), 1).astype(np.float32)
+    x[0, :, 0] = 0.0
+    x[0, ::2, 0] = -0.0
+    Ks = np.arange(1, R + 1)
+    got = np.asarray(_engine.few_prefix_medians(jnp.asarray(x), tuple(Ks)))
+    for s in range(x.shape[0]):
+        for j, K in enumerate(Ks):
+            np.testing.assert_array_equal(got[s, j], np.median(x[s, :K], axis=0))
+        sort = _engine.prefix_medians(jnp.asarray(x[s]), jnp.arange(R), jnp.asarray(Ks))
+        np.testing.assert_array_equal(got[s], np.asarray(sort))
+    with pytest.raises(ValueError, match="at most 32 rows"):
+        _engine.few_prefix_medians(jnp.zeros((1, 33, 2)), (5,))
+
+
+@pytest.mark.parametrize("case", ["all_converge_in_stage_one", "compacted", "fallback"])
+def test_staged_batched_match_equals_per_seed_loop(rng, case):
+    # The staged matching loop (trips on the whole batch, then only the still-iterating seeds,
+    # compacted) against vmap of the core's per-seed while_loop (the oracle): identical
+    # iteration counts, flags and inclusions, identical centroids.
+    import jax
+    import jax.numpy as jnp
+    from poolsim import _core
+
+    spec, _ = experiments.spec("domain_addition", materialize=False, **SMALL)
+    S, K_max = 64, spec.K_max
+    x = rng.normal(size=(S, K_max, spec.d)).astype(np.float32)
+    mass = np.where(np.arange(K_max) < 9, 40.0, 0.0).astype(np.float32)
+    c0 = (x[:, :9].mean(axis=1) + rng.normal(size=(S, spec.d))).astype(np.float32)
+    stages = ((2, 2), (1, 4))
+    if case == "all_converge_in_stage_one":  # every domain within tau: 2 iterations each
+        spec, stages = spec._replace(tau=1e6), ((3, 2), (1, 4))
+    elif case == "fallback":  # tol 0: no seed converges, they run to max_iter in the fallback
+        spec = spec._replace(tol=0.0, max_iter=6)
+    c, inc, t, conv = jax.jit(lambda a, b, c: _engine._batched_match(a, b, c, spec, stages))(
+        x, mass, c0)
+    oracle = jax.jit(jax.vmap(lambda p, c: _core.iterate_match(
+        p, jnp.asarray(mass), c, spec.tau, spec.metric, tol=spec.tol, max_iter=spec.max_iter)))
+    wc, winc, wt, wconv, _ = oracle(x, c0)
+    wt = np.asarray(wt)
+    for got, want in ((c, wc), (inc, winc), (t, wt), (conv, wconv)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    if case == "all_converge_in_stage_one":
+        assert (wt == 2).all()
+    elif case == "fallback":
+        # (seeds whose first match is empty stop at once) too many left for the compacted batch
+        assert (wt == spec.max_iter).sum() > S // 2 and not np.asarray(wconv).any()
+    else:  # both compactions really ran: few enough seeds left after 2 and after 3 trips
+        assert 0 < (wt > 2).sum() <= S // 2 and 0 < (wt > 3).sum() <= S // 4, wt
