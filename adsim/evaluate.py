@@ -28,7 +28,7 @@ from ._method import HeadMethod, Method
 from .detector import CHECKPOINTS as CHECKPOINTS
 from .detector import Detector
 from .head import DEFAULT_SCORE, anomaly_maps, check_score, image_scores
-from .metrics import Accumulator, entries
+from .metrics import accumulate, entries
 
 
 def score(detector, samples, *, batch_size: int = 16, maps: bool = False, progress: bool = False,
@@ -81,13 +81,12 @@ def _metrics(detector, samples, *, batch_size: int, pixel: bool, progress: bool,
     """``(metrics.json entries, image scores (n,))`` of ``samples`` (``adsim.metrics``). Each batch goes
     into an ``Accumulator`` as it is scored, so no map of the whole split is held; under torchrun each
     rank streams its shard and the ranks' accumulators are merged (histograms of a fixed size)."""
-    acc = Accumulator(pixel)
     part = DD.shard(samples)  # [distributed] all samples with one process
-    if part:
-        for o, batch in detector.score_samples(part, batch_size=batch_size, maps=pixel,
-                                               progress=progress and DD.is_main(), desc=desc):
-            extra = (smooth(o.maps, smooth_sigma), batch["mask"].numpy().astype(bool)) if pixel else ()
-            acc.update(o.scores, batch["label"].numpy(), *extra)
+    batches = ({"scores": o.scores, "labels": batch["label"].numpy(), "maps": o.maps,
+                "masks": batch["mask"].numpy().astype(bool) if pixel else None}
+               for o, batch in detector.score_samples(part, batch_size=batch_size, maps=pixel,
+                                                      progress=progress and DD.is_main(), desc=desc))
+    acc = accumulate(batches if part else (), smooth_sigma, pixel=pixel)
     scores = DD.gather_arrays({"scores": acc.scores} if part else None, len(samples))["scores"]
     if DD.world().size > 1:
         shards = DD.gather_objects(acc)

@@ -368,19 +368,29 @@ def summarize(out, smooth_sigma: float = 0.0, *, bins: int = DEFAULT_BINS, fpr_l
     None, ``masks``), read ``chunk`` images at a time, or an iterable of such dicts, one per batch (a
     stream: nothing but the current batch is held). The maps are Gaussian-smoothed
     (``adsim.evaluate.smooth``) batch by batch, so no smoothed copy of all maps is made."""
-    from .evaluate import smooth  # here: evaluate imports this module
-
     batches = iter(_chunks(out, chunk) if isinstance(out, dict) else out)
     first = next(batches, None)
     if first is None:
         raise ValueError("summarize: no batches (no images were scored)")
-    acc = Accumulator(first.get("maps") is not None, bins=bins, fpr_limit=fpr_limit)
-    for batch in itertools.chain([first], batches):
+    acc = accumulate(itertools.chain([first], batches), smooth_sigma, pixel=first.get("maps") is not None,
+                     bins=bins, fpr_limit=fpr_limit)
+    return entries(acc.compute(), smooth_sigma)
+
+
+def accumulate(batches, smooth_sigma: float = 0.0, *, pixel: bool, bins: int = DEFAULT_BINS,
+               fpr_limit: float = FPR_LIMIT) -> Accumulator:
+    """An :class:`Accumulator` fed a stream of batch dicts (``scores``, ``labels``, ``maps``, ``masks``),
+    each batch's maps Gaussian-smoothed (``adsim.evaluate.smooth``) as it arrives, so nothing but the
+    current batch is held. An empty stream gives an empty accumulator (a rank without images)."""
+    from .evaluate import smooth  # here: evaluate imports this module
+
+    acc = Accumulator(pixel, bins=bins, fpr_limit=fpr_limit)
+    for batch in batches:
         maps = batch.get("maps")
         if acc.pixel and maps is not None:
             maps = smooth(maps, smooth_sigma)
         acc.update(batch["scores"], batch["labels"], maps, batch.get("masks"))
-    return entries(acc.compute(), smooth_sigma)
+    return acc
 
 
 def entries(m: dict, smooth_sigma: float = 0.0) -> dict:
