@@ -101,6 +101,19 @@ def preprocess(image: Image.Image, size: int, *, clip_norm: bool = True) -> torc
     return (x - _MEAN) / _STD if clip_norm else x
 
 
+# what PIL raises for a file that is not a readable image
+UNREADABLE = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
+
+
+def read_image(src, size: int, *, clip_norm: bool = True) -> torch.Tensor:
+    """:func:`preprocess` of ``src``, a path or an open PIL image: ``(3, size, size)`` float32. A file that
+    is not a readable image raises one of :data:`UNREADABLE`."""
+    if isinstance(src, Image.Image):
+        return preprocess(src, size, clip_norm=clip_norm)
+    with Image.open(src) as im:
+        return preprocess(im, size, clip_norm=clip_norm)
+
+
 def unnormalise(x: torch.Tensor, *, clip_norm: bool = True) -> torch.Tensor:
     """Inverse of :func:`preprocess`'s normalisation: ``(..., 3, S, S)`` -> RGB in ``[0, 1]``."""
     return (x.cpu() * _STD + _MEAN).clamp(0, 1) if clip_norm else x.cpu().clamp(0, 1)
@@ -118,8 +131,7 @@ class ImageDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         s = self.samples[i]
-        with Image.open(s.image) as im:
-            x = preprocess(im, self.size, clip_norm=self.clip_norm)
+        x = read_image(s.image, self.size, clip_norm=self.clip_norm)
         if s.mask is not None:
             with Image.open(s.mask) as im:
                 m = np.asarray(im.convert("L").resize((self.size, self.size), Image.NEAREST)) > 127

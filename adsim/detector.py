@@ -34,7 +34,6 @@ from .backbone import build_backbone, fingerprint
 
 CHECKPOINTS = ("auto", "last", "best")
 # what PIL raises for a file that is not a (complete, decodable) image
-_UNREADABLE = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 
 
 class UnreadableImageWarning(UserWarning):
@@ -135,11 +134,8 @@ class _Images(torch.utils.data.Dataset):
     def __getitem__(self, i):
         src = self.items[i][1]
         try:
-            if isinstance(src, Image.Image):
-                return {"index": i, "image": D.preprocess(src, self.size, clip_norm=self.clip_norm)}
-            with Image.open(src) as im:
-                return {"index": i, "image": D.preprocess(im, self.size, clip_norm=self.clip_norm)}
-        except _UNREADABLE as err:
+            return {"index": i, "image": D.read_image(src, self.size, clip_norm=self.clip_norm)}
+        except D.UNREADABLE as err:
             return {"index": i, "error": f"{type(err).__name__}: {err}"}
 
 

@@ -130,13 +130,9 @@ def load_images(items: list, method: Method) -> torch.Tensor:
     out = []
     for it in items:
         src = it.image if isinstance(it, D.Sample) else it[1] if isinstance(it, tuple) else it
-        if isinstance(src, Image.Image):
-            out.append(D.preprocess(src, method.image_size, clip_norm=method.clip_norm))
-            continue
         try:
-            with Image.open(src) as im:
-                out.append(D.preprocess(im, method.image_size, clip_norm=method.clip_norm))
-        except (OSError, SyntaxError, ValueError) as err:
+            out.append(D.read_image(src, method.image_size, clip_norm=method.clip_norm))
+        except D.UNREADABLE as err:
             raise ValueError(f"shot image {src} is not a readable image ({type(err).__name__}: {err})") from None
     return torch.stack(out)
 
