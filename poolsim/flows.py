@@ -275,6 +275,16 @@ def _applier(config: FlowConfig, what: str):
     return jax.jit(apply, compiler_options=_FAST_COMPILE)
 
 
+@functools.lru_cache(maxsize=None)
+def _model_compiled(config: FlowConfig):
+    """:func:`_model` as one compiled call (unwrapping applies the spectral cap, an SVD per weight:
+    eagerly that is dozens of dispatches per call, and the figures bound one flow per seed)."""
+    import equinox as eqx
+
+    _static(config)
+    return eqx.filter_jit(functools.partial(_model, config=config))
+
+
 def _coupling_norms(layer):
     """Norm bounds of one coupling's tanh-MLP conditioner ``x1 -> (t, raw)``.
 
@@ -299,6 +309,16 @@ def _coupling_norms(layer):
     # so t(x1) is exactly the shift rows of the MLP output
     H_t = sig(W[rows_t]) * math.sqrt(last.in_features) + float(np.linalg.norm(b[rows_t]))
     return pre * sig(W), pre * sig(W[rows_t]), pre * sig(W[rows_s]), H_t, rows_t
+
+
+def _mlp_numpy(mlp, x: np.ndarray) -> np.ndarray:
+    """The conditioner ``mlp(x)`` in NumPy on a host copy of the layer (as built by :func:`_stack`:
+    tanh hidden activations, identity output, biases). Written out because calling the equinox MLP
+    eagerly is ~20 JAX dispatches, a third of a :meth:`Flow.layer_bounds` call."""
+    *inner, last = mlp.layers
+    for lin in inner:
+        x = np.tanh(np.asarray(lin.weight) @ x + np.asarray(lin.bias))
+    return np.asarray(last.weight) @ x + np.asarray(last.bias)
 
 
 def _sigma2(a, b, c):
@@ -358,7 +378,7 @@ class Flow(NamedTuple):
 
     def model(self):
         """The unwrapped flowjax ``Transformed`` distribution (``.bijection[l]`` is layer l)."""
-        return _model(self.params, self.loc, self.scale, self.config)
+        return _model_compiled(self.config)(self.params, self.loc, self.scale)
 
     def layer_bounds(self, radius: float) -> LayerBounds:
         """Per-layer bounds ``C_l`` on ``||J_l||_op`` over the latent ball ``||z|| <= radius``
@@ -376,7 +396,7 @@ class Flow(NamedTuple):
                 x1, alpha = np.linalg.norm(bound[:d1]), bound[d1:].max() * delta * s_max
                 a = min(L * math.sqrt(1.0 + alpha ** 2), alpha * L_s + L_t)  # >= ||A||
                 C = _sigma2(1.0, a, delta)
-                t0 = np.abs(np.asarray(layer.conditioner(np.zeros(d1)))[t_rows])  # |t_i(0)|
+                t0 = np.abs(_mlp_numpy(layer.conditioner, np.zeros(d1))[t_rows])  # |t_i(0)|
                 shift = np.minimum(t0 + L_t * x1, H_t)  # >= |t_i(x1)| (each <= ||t||)
                 bound = np.concatenate([bound[:d1], delta * bound[d1:] + shift])
                 kinds.append("coupling")
@@ -473,6 +493,8 @@ def fit_flows(keys: Any, x: Any, *, holdout: float = 0.2, **config: Any) -> tupl
         ks = jax.vmap(jax.random.key)(jnp.asarray(seeds))
     if ks.shape != (arr.shape[0],):
         raise ValueError(f"keys must hold one key per data set (S = {arr.shape[0]}), got {len(ks)}")
-    out = _fitter(cfg, n_test, True)(ks, jnp.asarray(arr))
+    # one transfer to the host, then NumPy slices (slicing S device arrays leaf by leaf would be
+    # one dispatch per leaf and seed)
+    out = jax.device_get(_fitter(cfg, n_test, True)(ks, jnp.asarray(arr)))
     return tuple(_flow(jax.tree.map(lambda a: a[i], out), cfg, arr.shape[1], n_test)
                  for i in range(arr.shape[0]))

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 import types
 
 import numpy as np
@@ -242,6 +243,45 @@ def test_failure_midway_leaves_out_untouched(tmp_path, monkeypatch, capsys):
     assert cli.main(["--out", str(out), "--format", "png"]) == 0
     assert {p.name for p in out.iterdir()} == {"keep.txt", "summary.md", "first.csv", "first.png",
                                                "second.csv", "second.png", "verdicts.csv"}
+
+
+def test_background_figure_errors_surface_and_a_failure_stops_it(tmp_path, monkeypatch, capsys):
+    # Figures without SIMULATIONS are computed in a background thread: (1) its error is the run's
+    # one-line error; (2) when a main-thread figure fails first, its next progress call raises
+    import threading
+
+    import poolsim.figures as figs
+
+    stopped = threading.Event()
+
+    def slow_compute(*, seeds, quick, progress=None):
+        for _ in range(2000):  # ~20 s unless stopped
+            try:
+                progress(1)
+            except RuntimeError:
+                stopped.set()
+                raise
+            time.sleep(0.01)
+        raise AssertionError("the background figure was not stopped")
+
+    def broken_compute(*, seeds, quick, progress=None):
+        raise ValueError("background compute failed")
+
+    main_fails = types.SimpleNamespace(**{**vars(_fake("first", True)), "SIMULATIONS": []})
+    slow = types.SimpleNamespace(**{**vars(_fake("slow", False)), "compute": slow_compute})
+    broken = types.SimpleNamespace(**{**vars(_fake("broken", False)), "compute": broken_compute})
+    monkeypatch.setenv("XLA_FLAGS", "")
+    out = tmp_path / "out"
+    out.mkdir()
+    for mods, message in (({"broken": broken}, "background compute failed"),
+                          ({"first": main_fails, "slow": slow}, "first failed while plotting")):
+        monkeypatch.setattr(figs, "available", lambda mods=mods: tuple(mods))
+        monkeypatch.setattr(figs, "load", mods.__getitem__)
+        assert cli.main(["--out", str(out), "--format", "png"]) == 1
+        err = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+        assert err == [f"poolsim.figures: error: {message}"]
+        assert list(out.iterdir()) == []
+    assert stopped.is_set()
 
 
 def test_only_keeps_the_other_figures_sections_and_verdicts(tmp_path, monkeypatch):

@@ -100,6 +100,16 @@ def test_layer_bounds_dominate_exact_layer_jacobians(flow, rng):
     assert flow.lipschitz_bound(radius) == pytest.approx(np.prod(bounds.C))
 
 
+def test_numpy_conditioner_is_the_equinox_mlp(flow, rng):
+    # layer_bounds evaluates each coupling's conditioner with flows._mlp_numpy: it must be the
+    # equinox MLP itself (reference: the MLP's own __call__)
+    for layer in flows._layers(flow.model(), flow.config.n_layers)[:-1:2]:
+        x = rng.normal(size=layer.untransformed_dim)
+        np.testing.assert_allclose(flows._mlp_numpy(layer.conditioner, x),
+                                   np.asarray(layer.conditioner(jnp.asarray(x))), rtol=1e-12,
+                                   atol=1e-12)
+
+
 def test_no_global_lipschitz_constant_radius_is_needed(flow):
     # d y2 / d x1 = x2 e^s s'(x1) + t'(x1) grows linearly in |x2| wherever s' != 0: the coupling
     # layer's Jacobian norm is unbounded on R^d, so a bound needs a radius.

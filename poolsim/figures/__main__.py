@@ -15,7 +15,8 @@ paper's 10 seeds -- then every verdict is "inconclusive" (fewer than 30 seeds).
 
 Compilation dominates the engine figures' time at small seed counts, so unless ``XLA_FLAGS``
 already sets it this CLI compiles with ``--xla_backend_optimization_level=0`` and compiles the
-distinct simulations in parallel threads.
+distinct simulations in parallel threads; the figures that share no engine simulation
+(``flow_bridge``, ``multimodal``) are computed meanwhile in a background thread.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 FORMATS = ("png", "pdf", "svg")
@@ -102,6 +105,29 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
     jobs = [job for m in modules for job in getattr(m, "SIMULATIONS", [])]
     tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=out))
     mode = 0o666 & ~_umask()
+
+    stop = threading.Event()  # set when this thread fails: the background figure stops early
+
+    def compute(name, mod):
+        total = (mod.progress_total(seeds, quick) if hasattr(mod, "progress_total")
+                 else S * max(1, len(getattr(mod, "SIMULATIONS", ()))))
+        with tqdm(total=total, desc=f"{name} (seeds)", unit="seed", leave=False) as bar:
+            def progress(n):
+                if stop.is_set():
+                    raise RuntimeError(f"{name}: stopped (the figure run failed elsewhere)")
+                bar.update(n)
+
+            return mod.compute(seeds=seeds, quick=quick, progress=progress)
+
+    # Figures that share no engine simulation (no SIMULATIONS: flow fits, the multimodal loop) are
+    # computed in one background thread from the start, while this thread runs the engine
+    # simulations and the other figures: most of their time is XLA work or NumPy that releases
+    # the GIL, and the figure run otherwise leaves one of the two cores idle half the time.
+    # Results do not depend on the thread (every computation has its own seeds); plotting stays in
+    # this thread (matplotlib is not thread-safe).
+    background = ThreadPoolExecutor(max_workers=1)
+    pending = {name: background.submit(compute, name, mod)
+               for name, mod in zip(names, modules) if not hasattr(mod, "SIMULATIONS")}
     try:
         if jobs:
             with tqdm(total=S * len({(n, tuple(sorted(p.items()))) for n, p in jobs}),
@@ -109,10 +135,7 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
                 _data.prefetch(jobs, seeds=S, progress=bar.update)
         sections, verdicts = {}, []
         for name, mod in zip(names, tqdm(modules, desc="figures", unit="fig")):
-            total = (mod.progress_total(seeds, quick) if hasattr(mod, "progress_total")
-                     else S * max(1, len(getattr(mod, "SIMULATIONS", ()))))
-            with tqdm(total=total, desc=f"{name} (seeds)", unit="seed", leave=False) as bar:
-                df = mod.compute(seeds=seeds, quick=quick, progress=bar.update)
+            df = pending[name].result() if name in pending else compute(name, mod)
             df.to_csv(tmp / f"{name}.csv", index=False)
             fig = mod.plot(df)
             try:
@@ -132,6 +155,8 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
             os.chmod(f, mode)
             os.replace(f, out / f.name)
     finally:
+        stop.set()
+        background.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
