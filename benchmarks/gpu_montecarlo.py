@@ -6,7 +6,7 @@ materialised samples), prints a table and, unless ``--no-write``, replaces the s
 Target (issue #3): <= 1 s for 1e6 seeds after compilation.
 
     python benchmarks/gpu_montecarlo.py [--seeds 1000000] [--chunk 131072]
-                                        [--chunk-materialised 16384] [--allow-cpu]
+                                        [--chunk-materialised 16384] [--allow-cpu] [--profile]
 
 The materialised path gets its own, smaller chunk: its XLA prefix medians hold an
 (nK, K_max n, d) running count per seed (26 x 3000 x 2 int32 = 624 kB), ~82 GB at 131,072 seeds.
@@ -35,6 +35,9 @@ def main(argv=None) -> int:
     ap.add_argument("--allow-cpu", action="store_true")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS.md"))
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="also split one chunk's time (sufficient path) into the draws program, the "
+                         "estimates program and the copy to the host, and sweep chunk sizes")
     args = ap.parse_args(argv)
     import jax
 
@@ -66,11 +69,56 @@ def main(argv=None) -> int:
              "|---|---:|---:|---:|---:|---|"]
     lines += [f"| {p} | {c:,} | {f:.2f} | {w:.3f} | {args.seeds / w:,.0f} | {'yes' if w <= 1 else 'NO'} |"
               for p, c, f, w in rows]
+    if args.profile:
+        lines += ["", *_profile(args.chunk, args.seeds)]
     body = "\n".join(lines)
     print(body)
     if not args.no_write:
         write_section(args.out, "Monte-Carlo engine (GPU)", body)
     return 0
+
+
+def _profile(chunk: int, seeds: int) -> list[str]:
+    """Markdown lines: one chunk of the sufficient path split into its two programs and the copy
+    to the host (best of 3 after compilation), then the whole run at other chunk sizes."""
+    import jax
+    import jax.numpy as jnp
+
+    from poolsim import _engine, _rng, experiments as ex
+
+    spec, _ = ex.spec("domain_addition", materialize=False, chunk=chunk)
+    draw_fn, est_fn = _engine._compiled(spec, "float32")
+    keys = jax.vmap(_rng.fast_key)(jnp.arange(chunk, dtype=jnp.uint32))
+
+    def best(f):
+        f()  # compile / warm up
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            f()
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    draws = jax.block_until_ready(draw_fn(keys))
+    out = jax.block_until_ready(est_fn(draws))
+    t_draw = best(lambda: jax.block_until_ready(draw_fn(keys)))
+    t_est = best(lambda: jax.block_until_ready(est_fn(draws)))
+    t_copy = best(lambda: jax.tree.map(np.asarray, out))
+    it = np.asarray(out.n_iter)
+    lines = [f"Profile, one chunk of {chunk:,} seeds (sufficient statistics, best of 3, ms): draws "
+             f"{1e3 * t_draw:.1f}, estimates {1e3 * t_est:.1f}, copy to host {1e3 * t_copy:.1f}; "
+             f"matching iterations per seed and K: mean {it.mean():.2f}, max {it.max()} (the "
+             f"loop's trips per K follow the slowest seed: on a GPU each trip is kernel launches "
+             f"and a predicate read back to the host).", "",
+             "| chunk (sufficient statistics) | after compilation (s) | seeds/s |", "|---:|---:|---:|"]
+    for c in sorted({chunk // 4, chunk, 4 * chunk}):
+        spec, _ = ex.spec("domain_addition", materialize=False, chunk=c)
+        _engine.simulate(spec, np.arange(seeds), chunk=c)
+        t = time.perf_counter()
+        _engine.simulate(spec, np.arange(seeds), chunk=c)
+        w = time.perf_counter() - t
+        lines.append(f"| {c:,} | {w:.3f} | {seeds / w:,.0f} |")
+    return lines
 
 
 if __name__ == "__main__":
