@@ -68,12 +68,6 @@ def interpreted() -> bool:
 
 
 @triton.jit
-def _other(v, first):
-    """``(v[1], v[0])`` for a 2-vector ``v`` (``first``: row index == 0): the other centroid's value."""
-    return tl.where(first, tl.sum(tl.where(first, 0.0, v), axis=0), tl.sum(tl.where(first, v, 0.0), axis=0))
-
-
-@triton.jit
 def _gate_kernel(f_ptr, lab_ptr, c_ptr, init_ptr, acc_ptr, r_ptr, c_out_ptr, n, d, alpha, beta, tau, tau_sin,
                  tau_cos, METRIC: tl.constexpr, FIXED_TAU: tl.constexpr, SLERP: tl.constexpr,
                  BLOCK_D: tl.constexpr):
@@ -84,7 +78,6 @@ def _gate_kernel(f_ptr, lab_ptr, c_ptr, init_ptr, acc_ptr, r_ptr, c_out_ptr, n, 
     rows = tl.arange(0, 2)
     cols = tl.arange(0, BLOCK_D)
     cmask = cols < d
-    first = rows == 0
     tile = rows[:, None] * d + cols[None, :]
     tmask = (rows[:, None] < 2) & cmask[None, :]
     # masked lanes hold 0 in c and f and stay 0 through every update (0 / norm, 0 * weight)
@@ -98,33 +91,41 @@ def _gate_kernel(f_ptr, lab_ptr, c_ptr, init_ptr, acc_ptr, r_ptr, c_out_ptr, n, 
         # prefetch the next feature: its load does not depend on this step's decisions
         f_next = tl.load(f_row + (j + 1) * d + cols, mask=cmask & (j + 1 < n), other=0.0)
         lab = tl.load(lab_ptr + j * 2 + rows)
-        fb = f[None, :]
-        if METRIC != 0 or SLERP:  # the unit vectors (l2 with the EMA needs none)
-            ss_c = tl.sum(c * c, axis=1)
-            c_unit = tl.div_rn(c, tl.sqrt_rn(tl.where(ss_c > 0, ss_c, 1.0))[:, None])  # _core.normalize(c)
-            ss_f = tl.sum(f * f, axis=0)
-            f_unit = tl.div_rn(fb, tl.sqrt_rn(tl.where(ss_f > 0, ss_f, 1.0)))          # _core.normalize(f)
-        # chords of the unit vectors (_core.geodesic); slerp needs them whatever the gate's metric
+        fb = tl.broadcast_to(f[None, :], (2, BLOCK_D))
+        # The sums a step needs before its decision, as ONE reduction of a (2, BLOCK_D, 2, 2) tile (one
+        # block-wide synchronisation instead of four): ||c||^2, ||f||^2, ||f - c||^2 (l2) and the norm
+        # of the EMA candidate alpha c + (1 - alpha) f (it does not depend on the decision).
+        e = alpha * c + beta * fb
+        sums = tl.sum(tl.join(tl.join(c * c, fb * fb), tl.join(e * e, (fb - c) * (fb - c))), axis=1)
+        sums_cf, sums_e = tl.split(sums)
+        ss_c, ss_f = tl.split(sums_cf)
+        ss_e, e2 = tl.split(sums_e)
+        norm_e = tl.where(ss_e > 0, tl.sqrt_rn(tl.where(ss_e > 0, ss_e, 1.0)), 0.0)
+        if METRIC != 0 or SLERP:  # the unit vectors (_core.normalize; l2 with the EMA needs none)
+            c_unit = tl.div_rn(c, tl.sqrt_rn(tl.where(ss_c > 0, ss_c, 1.0))[:, None])
+            f_unit = tl.div_rn(fb, tl.sqrt_rn(tl.where(ss_f > 0, ss_f, 1.0))[:, None])
+        # chords of the unit vectors (_core.geodesic), one reduction; slerp needs them for any metric
         if METRIC == 2 or SLERP:
             dm = f_unit - c_unit
             dp = f_unit + c_unit
-            ym = tl.sum(dm * dm, axis=1)
-            xp = tl.sum(dp * dp, axis=1)
+            ym, xp = tl.split(tl.sum(tl.join(dm * dm, dp * dp), axis=1))
             y = tl.where(ym > 0, tl.sqrt_rn(tl.where(ym > 0, ym, 1.0)), 0.0)
             x = tl.where(xp > 0, tl.sqrt_rn(tl.where(xp > 0, xp, 1.0)), 0.0)
             both_zero = (y == 0) & (x == 0)  # _core.chord_angle: read as (1, 1), the angle pi/2
             y = tl.where(both_zero, 1.0, y)
             x = tl.where(both_zero, 1.0, x)
         # matching._decide: own distance below tau, or (adaptive) below the other centroid's, which is
-        # infinitely far while uninitialised; an uninitialised own centroid accepts
+        # infinitely far while uninitialised; an uninitialised own centroid accepts. The other
+        # centroid's value of a 2-vector v = (v0, v1) is join(v1, v0) (split/join, not a reduction).
         if METRIC == 2:
             if FIXED_TAU:
                 ok = y * tau_cos < x * tau_sin                                  # angle < tau
             else:
-                ok = y * _other(x, first) < _other(y, first) * x                # angle < other angle
+                y0, y1 = tl.split(y)
+                x0, x1 = tl.split(x)
+                ok = y * tl.join(x1, x0) < tl.join(y1, y0) * x                  # angle < other angle
         else:
             if METRIC == 0:
-                e2 = tl.sum((fb - c) * (fb - c), axis=1)
                 dist = tl.where(e2 > 0, tl.sqrt_rn(tl.where(e2 > 0, e2, 1.0)), 0.0)  # ||f - c||
             else:
                 cos = tl.sum(f_unit * c_unit, axis=1)
@@ -132,15 +133,14 @@ def _gate_kernel(f_ptr, lab_ptr, c_ptr, init_ptr, acc_ptr, r_ptr, c_out_ptr, n, 
             if FIXED_TAU:
                 ok = dist < tau
             else:
-                ok = dist < _other(dist, first)
+                d0, d1 = tl.split(dist)
+                ok = dist < tl.join(d1, d0)
         if not FIXED_TAU:
-            ok = ok | (_other(init, first) <= 0)
+            i0, i1 = tl.split(init)
+            ok = ok | (tl.join(i1, i0) <= 0)
         ok = ok | (init <= 0)
         a = tl.where(ok, 1.0, 0.0) * lab
-        # the EMA (_core.ema_update): the normaliser is also the scan's r
-        e = alpha * c + beta * fb
-        ss_e = tl.sum(e * e, axis=1)
-        norm_e = tl.where(ss_e > 0, tl.sqrt_rn(tl.where(ss_e > 0, ss_e, 1.0)), 0.0)
+        # the EMA (_core.ema_update); its normaliser is also the scan's r
         ema = tl.where((norm_e > 0)[:, None], tl.div_rn(e, tl.where(norm_e > 0, norm_e, 1.0)[:, None]), c)
         if SLERP:  # _core.slerp_update; its angle t = 2 atan2(y, x) from a polynomial atan (module docstring)
             lo = tl.minimum(y, x)
