@@ -394,12 +394,15 @@ class CentroidBank(torch.nn.Module):
     """
 
     def __init__(self, n_slots: int, dim: int, *, metric: str = "geodesic", mode: str = "batched",
-                 alpha: float = 0.5, update: str = "ema", tau: float | None = None):
+                 alpha: float = 0.5, update: str = "ema", tau: float | None = None, scan_backend: str = "auto"):
         super().__init__()
         _validate(metric, mode, update)
         if not 0.0 < alpha < 1.0:
             raise ValueError(f"EMA factor alpha must be in (0, 1), got {alpha!r}")
+        if scan_backend not in SCAN_BACKENDS:
+            raise ValueError(f"scan_backend must be one of {SCAN_BACKENDS}, got {scan_backend!r}")
         self.metric, self.mode, self.alpha, self.update, self.tau = metric, mode, alpha, update, tau
+        self.scan_backend = scan_backend  # sequential mode: what takes the decisions (match_sequential)
         self.register_buffer("c_pos", torch.zeros(n_slots, dim))
         self.register_buffer("c_neg", torch.zeros(n_slots, dim))
         self.register_buffer("init_pos", torch.zeros(n_slots))
@@ -417,7 +420,7 @@ class CentroidBank(torch.nn.Module):
                            update=self.update, tau=self.tau)
         else:  # exact sequential gate, all slots in one compiled scan (EMA and slerp)
             out = match_sequential(f, y, valid, *state, metric=self.metric, alpha=self.alpha, tau=self.tau,
-                                   update=self.update)
+                                   update=self.update, scan_backend=self.scan_backend)
         if self.training:
             with torch.no_grad():
                 self.c_pos[sl] = out.c_pos.detach()

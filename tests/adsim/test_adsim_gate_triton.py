@@ -165,6 +165,18 @@ def test_bad_scan_backend_and_cpu_without_interpreter():
                                     torch.zeros(1, 1025), torch.zeros(1), torch.zeros(1), metric="l2", alpha=0.5)
 
 
+def test_bank_passes_its_scan_backend_on():
+    from adsim.matching import CentroidBank
+
+    with pytest.raises(ValueError, match="scan_backend must be one of"):
+        CentroidBank(2, D, mode="sequential", scan_backend="cuda")
+    f, y, valid, *_ = _inputs(0)
+    assert CentroidBank(S, D, mode="sequential", scan_backend="jax").step(0, f, y, valid).acc_pos.shape == (S, N)
+    if not _gate_triton.interpreted():  # the kernel was asked for: CPU tensors without the interpreter refuse
+        with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+            CentroidBank(S, D, mode="sequential", scan_backend="triton").step(0, f, y, valid)
+
+
 def test_auto_takes_the_jax_scan_for_cpu_tensors():
     from adsim.matching import _use_triton
 
@@ -175,7 +187,7 @@ def test_auto_takes_the_jax_scan_for_cpu_tensors():
 
 def test_kernel_compiles_for_sm90_without_a_gpu():
     """Triton's real compiler (front end, passes, ptxas) on the ViT-L shape: catches what the
-    interpreter accepts but the compiler does not. Registers: 0 spills expected at 4 warps."""
+    interpreter accepts but the compiler does not (e.g. a tile shape or op it cannot lower)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
