@@ -4,8 +4,11 @@
 0/1 decisions and the EMA normalisers of every feature, for ``S`` slots -- from ONE kernel launch:
 one program (thread block) per slot loops over the slot's ``n`` features in order and keeps the slot's
 two centroids (normal, anomaly) in registers as one ``(2, BLOCK_D)`` tile. The JAX scan on a GPU is
-launch-bound (~12 us per dependent step, ``benchmarks/RESULTS.md``); here a step costs a few
-block-wide reductions and no launch. Not measured on a GPU yet (``benchmarks/gpu_adsim.py`` has the row).
+launch-bound (~12 us per dependent step, ``benchmarks/RESULTS.md``); here a step costs no launch and
+one to three block-wide reductions (the sums a step needs are batched into one reduction of a joined
+tile where they do not depend on each other: l2 with the EMA one, the other EMA gates two, slerp one
+more). Not measured on a GPU yet (``benchmarks/gpu_adsim.py`` has the row). Compiled for sm_90 at
+``d = 768`` (``BLOCK_D = 1024``, 4 warps): 80-128 registers per thread, no spills with the EMA (ptxas).
 
 Formulas: those of ``poolsim._core`` step by step (``normalize``, ``safe_norm``, ``distance``,
 ``ema_update``, ``slerp_update``, the gate of ``matching._decide``), with IEEE-rounded division and
@@ -37,6 +40,7 @@ session is interpreted (``tests/adsim/test_adsim_gate_triton.py``).
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext as _nullcontext
 from typing import NamedTuple
 
 import torch
@@ -218,9 +222,10 @@ def gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metri
         block = triton.next_power_of_2(d)
         tau_sin, tau_cos = _tau_half_angle(float(tau)) if tau is not None else (0.0, 1.0)
         if S > 0:
-            _gate_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha), 1.0 - float(alpha),
-                               0.0 if tau is None else float(tau), tau_sin, tau_cos, METRIC=METRIC_IDS[metric],
-                               FIXED_TAU=tau is not None, SLERP=update == "slerp", BLOCK_D=block,
-                               num_warps=num_warps or min(8, max(1, block // 256)),
-                               enable_fp_fusion=False)  # separate roundings of a*c + b*f, like torch and JAX
+            with torch.cuda.device(f.device) if on_cuda else _nullcontext():  # launch on the tensors' GPU
+                _gate_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha), 1.0 - float(alpha),
+                                   0.0 if tau is None else float(tau), tau_sin, tau_cos, METRIC=METRIC_IDS[metric],
+                                   FIXED_TAU=tau is not None, SLERP=update == "slerp", BLOCK_D=block,
+                                   num_warps=num_warps or min(8, max(1, block // 256)),
+                                   enable_fp_fusion=False)  # separate roundings of a*c + b*f, like torch and JAX
     return Decisions(acc[:, 0], acc[:, 1], r[:, 0], r[:, 1], c_out[:, 0], c_out[:, 1])

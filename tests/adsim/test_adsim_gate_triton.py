@@ -85,10 +85,8 @@ def interpreted(tmp_path_factory):
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, str(Path(__file__).with_name("_triton_interpret.py")),
                            str(tmp / "cases.pt"), str(tmp / "out.pt")], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, check=False)
     if proc.returncode:
-        if "Triton's interpreter does not" in proc.stderr:  # pragma: no cover
-            pytest.skip(proc.stderr[-500:])
         raise AssertionError(f"interpreter child failed:\n{proc.stderr[-3000:]}")
     out = torch.load(tmp / "out.pt")
     return {name: {"decisions": _gate_triton.Decisions(*o["decisions"]), "matched": o["matched"]}
@@ -188,10 +186,9 @@ def test_auto_takes_the_jax_scan_for_cpu_tensors():
 def test_kernel_compiles_for_sm90_without_a_gpu():
     """Triton's real compiler (front end, passes, ptxas) on the ViT-L shape: catches what the
     interpreter accepts but the compiler does not (e.g. a tile shape or op it cannot lower)."""
+    import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-
-    import triton
 
     sig = {k: "*fp32" for k in ("f_ptr", "lab_ptr", "c_ptr", "init_ptr", "acc_ptr", "r_ptr", "c_out_ptr")}
     sig.update(n="i32", d="i32", alpha="fp32", beta="fp32", tau="fp32", tau_sin="fp32", tau_cos="fp32")
