@@ -390,7 +390,8 @@ class CentroidBank(torch.nn.Module):
     ``step(start, f, y, valid)`` matches ``f: (S, n, d)`` against slots ``start .. start+S-1``
     (``y, valid: (n,)`` shared by the slots) and, in training mode, stores the detached result. The
     batched gate runs all slots with the same batched kernels (``_batched``); the sequential gate is
-    :func:`match_sequential` (all slots in one compiled scan, or one Triton kernel on CUDA) for both the EMA and the slerp update.
+    :func:`match_sequential` (all slots in one compiled scan, or one Triton kernel on CUDA: ``scan_backend``)
+    for both the EMA and the slerp update.
     """
 
     def __init__(self, n_slots: int, dim: int, *, metric: str = "geodesic", mode: str = "batched",
