@@ -186,6 +186,8 @@ def test_auto_takes_the_jax_scan_for_cpu_tensors():
 def test_kernel_compiles_for_sm90_without_a_gpu():
     """Triton's real compiler (front end, passes, ptxas) on the ViT-L shape: catches what the
     interpreter accepts but the compiler does not (e.g. a tile shape or op it cannot lower)."""
+    if _gate_triton.interpreted():
+        pytest.skip("this session runs Triton's interpreter (the kernel is not a compilable JIT function)")
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
