@@ -25,7 +25,8 @@ stored state is detached.
 
 Exact and fast: :func:`match_sequential` takes Algorithm 1's decisions in one compiled, no-grad
 ``jax.lax.scan`` over the features (the body is ``_gate`` and ``_core.ema_update``, the same code as
-the literal loop; ~``n * 2d`` flops) and then rebuilds each centroid's EMA trajectory in torch as one
+the literal loop; ~``n * 2d`` flops; on CUDA tensors one fused Triton kernel instead, see the end of
+this docstring) and then rebuilds each centroid's EMA trajectory in torch as one
 weighted sum of the matched features, ``c_n = W_0 c_0 + sum_j W_j f_j``, with the per-step
 normalisers ``r_j = ||alpha c_{j-1} + (1 - alpha) f_j||`` taken from the scan. Its decisions are the
 literal loop's (same formulas in float32; only an exact floating-point tie could differ) and its
@@ -51,6 +52,11 @@ accepts every label-consistent feature of the first batch). Cost: on CPU the exa
 0.7-1.2x the batched gate's time for that batch; on an H200 at ViT-L-14-336 (B = 16) it takes ~56 ms
 per step (scan unrolled 8x; 84 ms without) against ~6 ms: the scan is launch-bound, ~12 us per
 sequential step, far from the issue's 5%-of-a-step target, which needs the loop in one GPU kernel.
+That kernel now exists (``adsim._gate_triton``: one Triton program per slot loops over the features
+with both centroids in registers; the same decisions as the literal loop under Triton's interpreter,
+tested on the CPU) and ``match_sequential`` uses it for CUDA tensors (``scan_backend="auto"``). **Its
+GPU time is not measured yet**: ``benchmarks/gpu_adsim.py`` has the row ("exact sequential gates, all
+8 slots, Triton kernel") for the next GPU session.
 """
 from __future__ import annotations
 
@@ -237,6 +243,32 @@ def _compiled_scan(metric: str, alpha: float, unroll: int = 1, tau: float | None
 
 
 SCAN_DEVICES = ("auto", "cpu")
+SCAN_BACKENDS = ("auto", "jax", "triton")
+
+
+def _triton_gate():
+    """``adsim._gate_triton`` if Triton is importable, else ``None`` (Triton ships with torch's CUDA
+    wheels on Linux; it is absent from CPU-only installs)."""
+    try:
+        from . import _gate_triton
+    except ImportError:
+        return None
+    return _gate_triton
+
+
+def _use_triton(f, scan_backend: str, scan_device: str) -> bool:
+    """Whether :func:`match_sequential` takes its decisions with the Triton kernel: ``"triton"``
+    always (a clear error if it cannot run), ``"auto"`` for CUDA tensors of width <= ``MAX_D`` when
+    Triton is importable and compiling (not the interpreter) and ``scan_device`` is ``"auto"``."""
+    if scan_backend == "jax":
+        return False
+    gate = _triton_gate()
+    if scan_backend == "triton":
+        if gate is None:
+            raise ValueError("scan_backend='triton' needs the triton package (pip install triton)")
+        return True
+    return (gate is not None and scan_device == "auto" and f.device.type == "cuda"
+            and f.shape[-1] <= gate.MAX_D and not gate.interpreted())
 
 
 def _to_jax(t: torch.Tensor, scan_device: str):
@@ -302,7 +334,7 @@ def slerp_trajectory(f, c0, moved, alpha: float):
 
 def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
                      alpha: float = 0.5, update: str = "ema", scan_device: str = "auto",
-                     tau: float | None = None) -> Matched:
+                     tau: float | None = None, scan_backend: str = "auto") -> Matched:
     """Algorithm 1's sequential gate, exact and fast, for ``S`` slots at once.
 
     ``f: (S, n, d)`` features (normalised here), ``y, valid: (n,)`` shared by the slots,
@@ -311,14 +343,20 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
     to rounding, gradients with the EMA normalisers held constant (``update="ema"``) or the literal
     loop's gradients (``update="slerp"``: :func:`slerp_trajectory` replays the chain over the accepted
     features).
-    ``scan_device``: ``"auto"`` runs the decision scan on the tensors' GPU when JAX has one (else on
-    the CPU); ``"cpu"`` always copies the features to the host and scans there.
+    ``scan_backend``: what takes the decisions. ``"triton"``: one fused Triton kernel
+    (``adsim._gate_triton``; CUDA tensors, or CPU tensors under Triton's interpreter, for tests);
+    ``"jax"``: the compiled ``jax.lax.scan``; ``"auto"`` (default): the kernel for CUDA tensors when
+    Triton is installed (width <= 1024), else the JAX scan. ``scan_device`` (JAX scan only):
+    ``"auto"`` runs the scan on the tensors' GPU when JAX has one (else on the CPU); ``"cpu"`` always
+    copies the features to the host and scans there (and makes ``"auto"`` pick the JAX scan).
     """
     _validate(metric, "sequential", update)
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"EMA factor alpha must be in (0, 1), got {alpha!r}")
     if scan_device not in SCAN_DEVICES:
         raise ValueError(f"scan_device must be one of {SCAN_DEVICES}, got {scan_device!r}")
+    if scan_backend not in SCAN_BACKENDS:
+        raise ValueError(f"scan_backend must be one of {SCAN_BACKENDS}, got {scan_backend!r}")
     if f.ndim != 3 or c_pos.shape != (f.shape[0], f.shape[2]) or y.shape != (f.shape[1],):
         raise ValueError(f"match_sequential wants f (S, n, d), c (S, d), y (n,); got f {tuple(f.shape)}, "
                          f"c {tuple(c_pos.shape)}, y {tuple(y.shape)}")
@@ -326,11 +364,15 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
     y, valid = y.to(f.dtype), valid.to(f.dtype)
     is_pos, is_neg = (1.0 - y) * valid, y * valid
     state = [t.to(f.dtype) for t in (c_pos, c_neg, init_pos, init_neg)]
-    with torch.no_grad():
-        args = [_to_jax(t, scan_device) for t in (f, is_pos, is_neg, *state)]
-        on_gpu = hasattr(args[0], "devices") and next(iter(args[0].devices())).platform == "gpu"
-        scan = _compiled_scan(metric, alpha, GPU_UNROLL if on_gpu else 1, tau, update)
-        acc_pos, acc_neg, r_pos, r_neg = (_to_torch(a, f.device) for a in scan(*args))
+    if _use_triton(f, scan_backend, scan_device):  # one fused kernel, one program per slot
+        acc_pos, acc_neg, r_pos, r_neg, _, _ = _triton_gate().gate_decisions(
+            f, is_pos, is_neg, *state, metric=metric, alpha=alpha, update=update, tau=tau)
+    else:
+        with torch.no_grad():
+            args = [_to_jax(t, scan_device) for t in (f, is_pos, is_neg, *state)]
+            on_gpu = hasattr(args[0], "devices") and next(iter(args[0].devices())).platform == "gpu"
+            scan = _compiled_scan(metric, alpha, GPU_UNROLL if on_gpu else 1, tau, update)
+            acc_pos, acc_neg, r_pos, r_neg = (_to_torch(a, f.device) for a in scan(*args))
     if update == "ema":
         c_pos = ema_trajectory(f, state[0], acc_pos * (r_pos > 0), r_pos, alpha)
         c_neg = ema_trajectory(f, state[1], acc_neg * (r_neg > 0), r_neg, alpha)
@@ -348,16 +390,20 @@ class CentroidBank(torch.nn.Module):
     ``step(start, f, y, valid)`` matches ``f: (S, n, d)`` against slots ``start .. start+S-1``
     (``y, valid: (n,)`` shared by the slots) and, in training mode, stores the detached result. The
     batched gate runs all slots with the same batched kernels (``_batched``); the sequential gate is
-    :func:`match_sequential` (all slots in one compiled scan) for both the EMA and the slerp update.
+    :func:`match_sequential` (all slots in one compiled scan, or one Triton kernel on CUDA: ``scan_backend``)
+    for both the EMA and the slerp update.
     """
 
     def __init__(self, n_slots: int, dim: int, *, metric: str = "geodesic", mode: str = "batched",
-                 alpha: float = 0.5, update: str = "ema", tau: float | None = None):
+                 alpha: float = 0.5, update: str = "ema", tau: float | None = None, scan_backend: str = "auto"):
         super().__init__()
         _validate(metric, mode, update)
         if not 0.0 < alpha < 1.0:
             raise ValueError(f"EMA factor alpha must be in (0, 1), got {alpha!r}")
+        if scan_backend not in SCAN_BACKENDS:
+            raise ValueError(f"scan_backend must be one of {SCAN_BACKENDS}, got {scan_backend!r}")
         self.metric, self.mode, self.alpha, self.update, self.tau = metric, mode, alpha, update, tau
+        self.scan_backend = scan_backend  # sequential mode: what takes the decisions (match_sequential)
         self.register_buffer("c_pos", torch.zeros(n_slots, dim))
         self.register_buffer("c_neg", torch.zeros(n_slots, dim))
         self.register_buffer("init_pos", torch.zeros(n_slots))
@@ -375,7 +421,7 @@ class CentroidBank(torch.nn.Module):
                            update=self.update, tau=self.tau)
         else:  # exact sequential gate, all slots in one compiled scan (EMA and slerp)
             out = match_sequential(f, y, valid, *state, metric=self.metric, alpha=self.alpha, tau=self.tau,
-                                   update=self.update)
+                                   update=self.update, scan_backend=self.scan_backend)
         if self.training:
             with torch.no_grad():
                 self.c_pos[sl] = out.c_pos.detach()

@@ -170,7 +170,7 @@ def test_exact_gate_on_cuda_tensors_matches_the_literal_loop(scan_device):
     args = _inputs(0)
     x = [a.cuda() for a in args]
     x[0].requires_grad_(True)
-    fast = match_sequential(*x, scan_device=scan_device)
+    fast = match_sequential(*x, scan_device=scan_device, scan_backend="jax")  # the Triton kernel: its own file
     ref = _oracle(*args)
     assert fast.c_pos.device.type == "cuda"
     assert torch.equal(fast.acc_pos.cpu(), ref[2]) and torch.equal(fast.acc_neg.cpu(), ref[3])

@@ -1,0 +1,231 @@
+"""Algorithm 1's exact sequential gate as one fused Triton kernel (issue 12, item 2).
+
+:func:`gate_decisions` returns what ``matching._scan_decisions`` (a ``jax.lax.scan``) returns -- the
+0/1 decisions and the EMA normalisers of every feature, for ``S`` slots -- from ONE kernel launch:
+one program (thread block) per slot loops over the slot's ``n`` features in order and keeps the slot's
+two centroids (normal, anomaly) in registers as one ``(2, BLOCK_D)`` tile. The JAX scan on a GPU is
+launch-bound (~12 us per dependent step, ``benchmarks/RESULTS.md``); here a step costs no launch and
+one to three block-wide reductions (the sums a step needs are batched into one reduction of a joined
+tile where they do not depend on each other: l2 with the EMA one, the other EMA gates two, slerp one
+more). Not measured on a GPU yet (``benchmarks/gpu_adsim.py`` has the row). Compiled for sm_90 at
+``d = 768`` (``BLOCK_D = 1024``, 4 warps): 80-128 registers per thread, no spills with the EMA (ptxas).
+
+Formulas: those of ``poolsim._core`` step by step (``normalize``, ``safe_norm``, ``distance``,
+``ema_update``, ``slerp_update``, the gate of ``matching._decide``), with IEEE-rounded division and
+square root (``div_rn``/``sqrt_rn``, as torch and JAX compute them) so that values agree with the JAX
+scan and the literal loop to rounding (the sums are reduced in another order). Two places differ from
+the literal formulas, both order-preserving:
+
+* **Geodesic gate.** The core's angle is ``2 atan2(y, x)`` with chords ``y = ||u - v||``,
+  ``x = ||u + v||`` of the normalised vectors (``chord_angle``; ``y = x = 0`` read as ``(1, 1)``). For
+  ``(y_i, x_i) = rho_i (sin h_i, cos h_i)`` with ``rho_i > 0`` and half-angles ``h_i`` in ``[0, pi/2]``,
+  ``y_1 x_2 - y_2 x_1 = rho_1 rho_2 sin(h_1 - h_2)`` has the sign of ``h_1 - h_2`` (``|h_1 - h_2| <=
+  pi/2``), so ``angle_1 < angle_2`` iff ``y_1 x_2 < y_2 x_1``; a fixed radius ``tau`` is compared the
+  same way, ``angle < tau`` iff ``y cos(tau/2) < x sin(tau/2)`` for ``0 < tau/2 <= pi/2`` (``tau/2 >
+  pi/2``: always, since the angle is at most ``pi``; ``tau <= 0``: never). The decisions therefore
+  equal the literal loop's except where the two sides agree to float32 rounding (ties).
+* **Slerp's angle** needs ``atan`` itself, which Triton's interpreter (the CPU test path) lacks, so it
+  is a polynomial here (below, error <= 2e-8 on its reduced range, i.e. float32 rounding); slerp also
+  reuses the gate's chords of the once-normalised vectors where the core normalises them a second time
+  (a change of at most a few units in the last place). Both only move the in-kernel centroid that the
+  next decisions see, at rounding level; the returned centroids of ``match_sequential`` are replayed
+  in torch (``slerp_trajectory``).
+
+Interpreted vs compiled: the kernel is an ordinary ``@triton.jit`` function, compiled for CUDA
+tensors. With ``TRITON_INTERPRET=1`` set before ``triton`` is first imported, Triton builds every
+``@triton.jit`` function (its own ``tl.sum`` too) as an interpreted function that runs on CPU tensors
+with NumPy: that is how the CPU tests run it, in a child process so that no other code in the test
+session is interpreted (``tests/adsim/test_adsim_gate_triton.py``).
+"""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext as _nullcontext
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+METRIC_IDS = {"l2": 0, "cosine": 1, "geodesic": 2}
+MAX_D = 1024  # one (2, BLOCK_D) register tile per program; ViT-L's width is 768
+
+
+class Decisions(NamedTuple):
+    acc_pos: torch.Tensor  # (S, n) 0/1: feature matched to the normal centroid
+    acc_neg: torch.Tensor  # (S, n) 0/1: feature matched to the anomaly centroid
+    r_pos: torch.Tensor    # (S, n) EMA normaliser ||alpha c + (1 - alpha) f|| where matched (0: 0/0), or acc (slerp)
+    r_neg: torch.Tensor
+    c_pos: torch.Tensor    # (S, d) the kernel's own centroids after the n steps (checks; no gradient)
+    c_neg: torch.Tensor
+
+
+def interpreted() -> bool:
+    """Whether Triton was imported in interpreter mode (``TRITON_INTERPRET=1``): then the kernel runs
+    on CPU tensors (slowly) and not on CUDA ones."""
+    knobs = getattr(triton, "knobs", None)  # triton >= 3.4; older releases read the variable directly
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on")
+
+
+@triton.jit
+def _gate_kernel(f_ptr, lab_ptr, c_ptr, init_ptr, acc_ptr, r_ptr, c_out_ptr, n, d, alpha, beta, tau, tau_sin,
+                 tau_cos, METRIC: tl.constexpr, FIXED_TAU: tl.constexpr, SLERP: tl.constexpr,
+                 BLOCK_D: tl.constexpr):
+    """Program ``s`` = slot ``s``. ``f: (S, n, d)`` unit features, ``lab: (n, 2)`` 0/1 label weights
+    (normal, anomaly), ``c: (S, 2, d)`` and ``init: (S, 2)`` start state; writes ``acc, r: (S, 2, n)``
+    and ``c_out: (S, 2, d)``. Row 0 of every (2, .) tile is the normal centroid, row 1 the anomaly one."""
+    s = tl.program_id(0).to(tl.int64)
+    rows = tl.arange(0, 2)
+    cols = tl.arange(0, BLOCK_D)
+    cmask = cols < d
+    tile = rows[:, None] * d + cols[None, :]
+    tmask = (rows[:, None] < 2) & cmask[None, :]
+    # masked lanes hold 0 in c and f and stay 0 through every update (0 / norm, 0 * weight)
+    c = tl.load(c_ptr + s * 2 * d + tile, mask=tmask, other=0.0)
+    init = tl.load(init_ptr + s * 2 + rows)
+    f_row = f_ptr + s * n * d
+    out_row = s * 2 * n + rows * n
+    f_next = tl.load(f_row + cols, mask=cmask & (n > 0), other=0.0)
+    for j in range(n):
+        f = f_next
+        # prefetch the next feature: its load does not depend on this step's decisions
+        f_next = tl.load(f_row + (j + 1) * d + cols, mask=cmask & (j + 1 < n), other=0.0)
+        lab = tl.load(lab_ptr + j * 2 + rows)
+        fb = tl.broadcast_to(f[None, :], (2, BLOCK_D))
+        # The sums a step needs before its decision, as ONE reduction of a (2, BLOCK_D, 2, 2) tile (one
+        # block-wide synchronisation instead of four): ||c||^2, ||f||^2, ||f - c||^2 (l2) and the norm
+        # of the EMA candidate alpha c + (1 - alpha) f (it does not depend on the decision).
+        e = alpha * c + beta * fb
+        sums = tl.sum(tl.join(tl.join(c * c, fb * fb), tl.join(e * e, (fb - c) * (fb - c))), axis=1)
+        sums_cf, sums_e = tl.split(sums)
+        ss_c, ss_f = tl.split(sums_cf)
+        ss_e, e2 = tl.split(sums_e)
+        norm_e = tl.where(ss_e > 0, tl.sqrt_rn(tl.where(ss_e > 0, ss_e, 1.0)), 0.0)
+        if METRIC != 0 or SLERP:  # the unit vectors (_core.normalize; l2 with the EMA needs none)
+            c_unit = tl.div_rn(c, tl.sqrt_rn(tl.where(ss_c > 0, ss_c, 1.0))[:, None])
+            f_unit = tl.div_rn(fb, tl.sqrt_rn(tl.where(ss_f > 0, ss_f, 1.0))[:, None])
+        # chords of the unit vectors (_core.geodesic), one reduction; slerp needs them for any metric
+        if METRIC == 2 or SLERP:
+            dm = f_unit - c_unit
+            dp = f_unit + c_unit
+            ym, xp = tl.split(tl.sum(tl.join(dm * dm, dp * dp), axis=1))
+            y = tl.where(ym > 0, tl.sqrt_rn(tl.where(ym > 0, ym, 1.0)), 0.0)
+            x = tl.where(xp > 0, tl.sqrt_rn(tl.where(xp > 0, xp, 1.0)), 0.0)
+            both_zero = (y == 0) & (x == 0)  # _core.chord_angle: read as (1, 1), the angle pi/2
+            y = tl.where(both_zero, 1.0, y)
+            x = tl.where(both_zero, 1.0, x)
+        # matching._decide: own distance below tau, or (adaptive) below the other centroid's, which is
+        # infinitely far while uninitialised; an uninitialised own centroid accepts. The other
+        # centroid's value of a 2-vector v = (v0, v1) is join(v1, v0) (split/join, not a reduction).
+        if METRIC == 2:
+            if FIXED_TAU:
+                ok = y * tau_cos < x * tau_sin                                  # angle < tau
+            else:
+                y0, y1 = tl.split(y)
+                x0, x1 = tl.split(x)
+                ok = y * tl.join(x1, x0) < tl.join(y1, y0) * x                  # angle < other angle
+        else:
+            if METRIC == 0:
+                dist = tl.where(e2 > 0, tl.sqrt_rn(tl.where(e2 > 0, e2, 1.0)), 0.0)  # ||f - c||
+            else:
+                cos = tl.sum(f_unit * c_unit, axis=1)
+                dist = 1.0 - tl.minimum(tl.maximum(cos, -1.0), 1.0)                  # 1 - cos(f, c)
+            if FIXED_TAU:
+                ok = dist < tau
+            else:
+                d0, d1 = tl.split(dist)
+                ok = dist < tl.join(d1, d0)
+        if not FIXED_TAU:
+            i0, i1 = tl.split(init)
+            ok = ok | (tl.join(i1, i0) <= 0)
+        ok = ok | (init <= 0)
+        a = tl.where(ok, 1.0, 0.0) * lab
+        # the EMA (_core.ema_update); its normaliser is also the scan's r
+        ema = tl.where((norm_e > 0)[:, None], tl.div_rn(e, tl.where(norm_e > 0, norm_e, 1.0)[:, None]), c)
+        if SLERP:  # _core.slerp_update; its angle t = 2 atan2(y, x) from a polynomial atan (module docstring)
+            lo = tl.minimum(y, x)
+            hi = tl.maximum(y, x)
+            z = tl.div_rn(lo, hi)                       # in [0, 1]
+            big = z > 0.41421356237309503               # tan(pi/8): atan(z) = pi/4 + atan((z-1)/(z+1))
+            w = tl.where(big, tl.div_rn(z - 1.0, z + 1.0), z)
+            w2 = w * w
+            q = (((-0.06459379941225052 * w2 + 0.10746300220489502) * w2 - 0.1426423341035843) * w2
+                 + 0.1999955028295517) * w2 - 0.3333333134651184
+            at = w + w * w2 * q
+            at = tl.where(big, at + 0.7853981633974483, at)
+            t = 2.0 * tl.where(y > x, 1.5707963267948966 - at, at)
+            sin_t = tl.sin(t)
+            small = sin_t < 1e-6
+            s_safe = tl.where(small, 1.0, sin_t)
+            wa = tl.where(small, alpha, tl.div_rn(tl.sin(alpha * t), s_safe))
+            wb = tl.where(small, beta, tl.div_rn(tl.sin(beta * t), s_safe))
+            mix = wa[:, None] * c_unit + wb[:, None] * f_unit
+            ss_m = tl.sum(mix * mix, axis=1)
+            moved = tl.div_rn(mix, tl.sqrt_rn(tl.where(ss_m > 0, ss_m, 1.0))[:, None])
+            moved = tl.where((small & (t > 1.0))[:, None], ema, moved)   # antipodal: no unique arc
+            moved = tl.where((ss_c == 0)[:, None], f_unit, moved)        # zero centroid: f / ||f||
+            r = a
+        else:
+            moved = ema
+            r = a * norm_e
+        c = tl.where((a > 0)[:, None], moved, c)
+        init = tl.maximum(init, a)
+        tl.store(acc_ptr + out_row + j, a)
+        tl.store(r_ptr + out_row + j, r)
+    tl.store(c_out_ptr + s * 2 * d + tile, c, mask=tmask)
+
+
+def _tau_half_angle(tau: float) -> tuple[float, float]:
+    """``(sin, cos)`` of ``tau / 2`` for the geodesic radius test ``y cos < x sin`` (module docstring);
+    ``tau/2 > pi/2`` -> ``(1, -1)`` (always inside), ``tau <= 0`` -> ``(0, 1)`` (never)."""
+    half = tau / 2.0
+    if half <= 0.0:
+        return 0.0, 1.0
+    if half > math.pi / 2:
+        return 1.0, -1.0
+    return math.sin(half), math.cos(half)
+
+
+def gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric: str, alpha: float,
+                   update: str = "ema", tau: float | None = None, num_warps: int | None = None) -> Decisions:
+    """Algorithm 1's decisions for ``S`` slots in one kernel launch (no gradient).
+
+    Shapes and meaning as ``matching._scan_decisions``: ``f: (S, n, d)`` unit features (float32),
+    ``is_pos, is_neg: (n,)`` 0/1, ``c_*: (S, d)``, ``init_*: (S,)``; ``d <= MAX_D``. The tensors must be
+    on a CUDA device, or on the CPU with Triton in interpreter mode (:func:`interpreted`).
+    ``num_warps``: warps per program (default: 1 per 256 lanes of ``BLOCK_D``, at least 1, at most 8).
+    """
+    if metric not in METRIC_IDS:
+        raise ValueError(f"metric must be one of {tuple(METRIC_IDS)}, got {metric!r}")
+    if update not in ("ema", "slerp"):
+        raise ValueError(f"centroid update must be one of ('ema', 'slerp'), got {update!r}")
+    S, n, d = f.shape
+    if not 1 <= d <= MAX_D:
+        raise ValueError(f"the Triton gate takes feature width d in [1, {MAX_D}], got {d}")
+    on_cuda = f.device.type == "cuda"
+    if interpreted() == on_cuda:
+        raise ValueError("the Triton gate runs compiled on CUDA tensors, or on CPU tensors with Triton's "
+                         f"interpreter (TRITON_INTERPRET=1 before triton is imported); got {f.device} tensors "
+                         f"with the interpreter {'on' if interpreted() else 'off'}")
+    with torch.no_grad():
+        f = f.detach().float().contiguous()
+        lab = torch.stack([is_pos, is_neg], dim=-1).to(f).contiguous()
+        cents = torch.stack([c_pos, c_neg], dim=1).to(f).contiguous()
+        inits = torch.stack([init_pos, init_neg], dim=1).to(f).contiguous()
+        acc = torch.zeros(S, 2, n, device=f.device)
+        r = torch.zeros(S, 2, n, device=f.device)
+        c_out = cents.clone()
+        block = triton.next_power_of_2(d)
+        tau_sin, tau_cos = _tau_half_angle(float(tau)) if tau is not None else (0.0, 1.0)
+        if S > 0:
+            with torch.cuda.device(f.device) if on_cuda else _nullcontext():  # launch on the tensors' GPU
+                _gate_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha), 1.0 - float(alpha),
+                                   0.0 if tau is None else float(tau), tau_sin, tau_cos, METRIC=METRIC_IDS[metric],
+                                   FIXED_TAU=tau is not None, SLERP=update == "slerp", BLOCK_D=block,
+                                   num_warps=num_warps or min(8, max(1, block // 256)),
+                                   enable_fp_fusion=False)  # separate roundings of a*c + b*f, like torch and JAX
+    return Decisions(acc[:, 0], acc[:, 1], r[:, 0], r[:, 1], c_out[:, 0], c_out[:, 1])

@@ -1,0 +1,37 @@
+"""Child process of ``test_adsim_gate_triton.py``: runs the Triton gate kernel under Triton's interpreter.
+
+``TRITON_INTERPRET=1 python _triton_interpret.py CASES.pt OUT.pt``. The interpreter must be chosen
+before ``triton`` is first imported (Triton then builds every ``@triton.jit`` function, its own
+``tl.sum`` included, as an interpreted one), so it runs here and not in the test session, where it
+would change every other Triton user. For each case (a dict of ``match_sequential`` arguments and
+options) it runs ``match_sequential(..., scan_backend="triton")`` on CPU tensors and records both the
+kernel's raw :class:`adsim._gate_triton.Decisions` and the returned ``Matched``.
+"""
+import sys
+
+import torch
+
+from adsim import _gate_triton
+from adsim.matching import match_sequential
+
+
+def main(cases_path: str, out_path: str) -> None:
+    if not _gate_triton.interpreted():
+        raise SystemExit("set TRITON_INTERPRET=1 before starting this script")
+    raw = []
+    kernel = _gate_triton.gate_decisions
+
+    def recorded(*args, **kw):  # match_sequential looks the function up on the module at call time
+        raw.append(kernel(*args, **kw))
+        return raw[-1]
+
+    _gate_triton.gate_decisions = recorded
+    out = []
+    for case in torch.load(cases_path):
+        matched = match_sequential(*case["args"], scan_backend="triton", **case["kw"])
+        out.append({"decisions": tuple(raw.pop()), "matched": tuple(matched)})
+    torch.save(out, out_path)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

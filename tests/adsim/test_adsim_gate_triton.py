@@ -1,0 +1,224 @@
+"""The fused Triton kernel of the exact sequential gate (``adsim._gate_triton``, issue 12 item 2)
+against the two references of Algorithm 1: the literal loop (``match(..., mode="sequential")``, the
+oracle) and the JAX scan it replaces on CUDA (``matching._scan_decisions``).
+
+On the CPU the kernel runs under Triton's interpreter, in ONE child process for all cases
+(``_triton_interpret.py``: the interpreter has to be switched on before triton is imported, which
+must not happen in this session). Compared: identical 0/1 decisions, the EMA normalisers ``r`` within
+1e-6 of the scan's, the kernel's own final centroids within 1e-6 of the loop's, and the ``Matched`` of
+``match_sequential(scan_backend="triton")`` like the loop's (centroids within 1e-5, as for the JAX
+path). Every metric x {adaptive, fixed radius} x {EMA, slerp}, slots with both / one / no centroid
+initialised, clustered data so that the gate accepts and rejects; plus a ViT-L width (d = 768 in a
+1024-lane tile) and edge features (antipodal, identical, zero). A compile check builds the kernel for
+an H100/H200 (sm_90) with Triton's real compiler, which needs no GPU.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from adsim import _gate_triton  # noqa: E402
+from adsim.matching import _compiled_scan, match, match_sequential  # noqa: E402
+from poolsim import _core  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+S, N, D = 3, 24, 24  # small: the interpreter runs each tile operation through NumPy
+TAU = {"l2": 1.3, "cosine": 0.7, "geodesic": 1.4}  # fixed radii inside the data's distance range
+
+
+def _unit(a):
+    return torch.nn.functional.normalize(torch.as_tensor(a, dtype=torch.float32), dim=-1)
+
+
+def _inputs(seed, n=N, d=D):
+    """Unit features around two random directions (20% on the other label's side), 40% anomalous
+    labels, 10% without a label; slot 0 has both centroids, slot 1 only the normal one, slot 2 none."""
+    rng = np.random.default_rng(seed)
+    centre = _unit(rng.standard_normal((2, d)))
+    y = (rng.random(n) < 0.4).astype(np.float32)
+    side = np.where(rng.random(n) < 0.2, 1 - y, y).astype(int)
+    f = _unit(centre[side][None] + 0.9 * torch.as_tensor(rng.standard_normal((S, n, d)), dtype=torch.float32))
+    valid = torch.as_tensor((rng.random(n) >= 0.1).astype(np.float32))
+    c = _unit(rng.standard_normal((2, S, d)))
+    ip, in_ = torch.tensor([1.0, 1.0, 0.0]), torch.tensor([1.0, 0.0, 0.0])
+    return [f, torch.as_tensor(y), valid, c[0] * ip[:, None], c[1] * in_[:, None], ip, in_]
+
+
+def _edge_inputs():
+    """The branches of the updates, with exactly representable unit vectors (basis vectors ``e_k``, so
+    that renormalising changes nothing and ``e - e = 0`` exactly): slots 0 and 1 start with the normal
+    centroid ``e_0``, slot 2 with none. Normal features: ``-e_0`` (antipodal: EMA 0/0 at alpha = 0.5,
+    slerp's antipodal fallback), ``e_0`` (identical: slerp's small-angle branch), ``0`` (a zero feature,
+    angle pi/2 to everything); slot 2 sees ``e_1`` then ``-e_1`` instead of the first two."""
+    f, y, valid, c_pos, c_neg, ip, in_ = _inputs(7, n=12)
+    e = torch.eye(D)
+    c_pos[:2] = e[0]
+    f[:, 0], f[:, 1], f[:, 2] = -e[0], e[0], 0.0
+    f[2, 0], f[2, 1] = e[1], -e[1]
+    y[:3], valid[:3] = 0.0, 1.0
+    return [f, y, valid, c_pos, c_neg, ip, in_]
+
+
+CASES = {f"{metric}-{'adaptive' if tau is None else 'fixed'}-{update}":
+         (_inputs(1), dict(metric=metric, tau=None if tau is None else TAU[metric], update=update,
+                           alpha=0.5 if update == "ema" else 0.3))  # 0.3: where slerp differs from the EMA
+         for metric in _core.METRICS for tau in (None, True) for update in ("ema", "slerp")}
+CASES["vit-width-geodesic-ema"] = (_inputs(2, n=12, d=768), dict(metric="geodesic", tau=None, update="ema",
+                                                                  alpha=0.5))
+for _update in ("ema", "slerp"):
+    CASES[f"edge-geodesic-{_update}"] = (_edge_inputs(), dict(metric="geodesic", tau=None, update=_update,
+                                                              alpha=0.5))
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory):
+    """``{case: {"decisions": Decisions, "matched": Matched}}`` from one interpreter child process."""
+    tmp = tmp_path_factory.mktemp("triton")
+    torch.save([{"args": args, "kw": kw} for args, kw in CASES.values()], tmp / "cases.pt")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("_triton_interpret.py")),
+                           str(tmp / "cases.pt"), str(tmp / "out.pt")], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, check=False)
+    if proc.returncode:
+        raise AssertionError(f"interpreter child failed:\n{proc.stderr[-3000:]}")
+    out = torch.load(tmp / "out.pt")
+    return {name: {"decisions": _gate_triton.Decisions(*o["decisions"]), "matched": o["matched"]}
+            for name, o in zip(CASES, out)}
+
+
+def _loop(f, y, valid, c_pos, c_neg, ip, in_, **kw):
+    per = [match(f[s], y, valid, c_pos[s], c_neg[s], ip[s], in_[s], mode="sequential", **kw)
+           for s in range(f.shape[0])]
+    return [torch.stack(t) for t in zip(*per)]
+
+
+def _jax_scan(f, y, valid, c_pos, c_neg, ip, in_, *, metric, tau, update, alpha):
+    is_pos, is_neg = (1.0 - y) * valid, y * valid
+    args = [t.numpy() for t in (_core.normalize(f), is_pos, is_neg, c_pos, c_neg, ip, in_)]
+    return [torch.tensor(np.asarray(a)) for a in _compiled_scan(metric, alpha, 1, tau, update)(*args)]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_kernel_equals_the_literal_loop_and_the_jax_scan(interpreted, name):
+    args, kw = CASES[name]
+    got = interpreted[name]["decisions"]
+    loop = _loop(*args, **kw)
+    scan = _jax_scan(*args, **kw)
+    for k, (mine, oracle, jax_acc) in enumerate(((got.acc_pos, loop[2], scan[0]), (got.acc_neg, loop[3], scan[1]))):
+        assert torch.equal(mine, oracle), f"decisions {('pos', 'neg')[k]} differ from the literal loop"
+        assert torch.equal(mine, jax_acc), f"decisions {('pos', 'neg')[k]} differ from the JAX scan"
+    torch.testing.assert_close(got.r_pos, scan[2], rtol=0, atol=1e-6)
+    torch.testing.assert_close(got.r_neg, scan[3], rtol=0, atol=1e-6)
+    torch.testing.assert_close(got.c_pos, loop[0], rtol=0, atol=1e-6)  # the kernel's in-register centroids
+    torch.testing.assert_close(got.c_neg, loop[1], rtol=0, atol=1e-6)
+    labelled = args[2] > 0
+    accepted = torch.stack([got.acc_pos, got.acc_neg]).amax(0)[:, labelled]
+    if not name.startswith("edge"):  # the comparison is not vacuous: the gate accepts and rejects
+        assert 0 < accepted.sum() < accepted.numel(), name
+
+
+@pytest.mark.parametrize("name", ["geodesic-adaptive-ema", "l2-fixed-slerp", "edge-geodesic-slerp"])
+def test_match_sequential_with_the_kernel_equals_the_literal_loop(interpreted, name):
+    args, kw = CASES[name]
+    got = interpreted[name]["matched"]
+    loop = _loop(*args, **kw)
+    for k in (2, 3, 4, 5):  # decisions and init flags: identical
+        assert torch.equal(got[k], loop[k])
+    torch.testing.assert_close(got[0], loop[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(got[1], loop[1], rtol=0, atol=1e-5)
+
+
+def test_edge_features_take_the_special_branches(interpreted):
+    """Hand-derived from Algorithm 1 (EMA, alpha = 0.5, r = ||c/2 + f/2||). Slot 0 (both centroids):
+    rejects -e_0 (angle pi; the random anomaly centroid is closer), accepts e_0 (r = ||e_0|| = 1).
+    Slot 1 (anomaly centroid uninitialised, so infinitely far): accepts -e_0 with r = 0 (0/0, centroid
+    unchanged) and the zero feature with r = ||e_0 / 2|| = 0.5. Slot 2 (nothing): e_1 initialises the
+    normal centroid (r = ||e_1 / 2|| = 0.5), then -e_1 is accepted with r = 0."""
+    d = interpreted["edge-geodesic-ema"]["decisions"]
+    assert d.acc_pos[0, :2].tolist() == [0.0, 1.0] and d.r_pos[0, 1] == 1.0
+    assert d.acc_pos[1, [0, 2]].tolist() == [1.0, 1.0] and d.r_pos[1, [0, 2]].tolist() == [0.0, 0.5]
+    assert d.acc_pos[2, :2].tolist() == [1.0, 1.0] and d.r_pos[2, :2].tolist() == [0.5, 0.0]
+    # at alpha = 0.5 slerp moves to the renormalised midpoint (the EMA's point) and its antipodal
+    # fallback is the EMA: the same decisions through its small-angle and antipodal branches
+    assert torch.equal(interpreted["edge-geodesic-slerp"]["decisions"].acc_pos[:, :3], d.acc_pos[:, :3])
+
+
+def test_bad_scan_backend_and_cpu_without_interpreter():
+    args = _inputs(0)
+    with pytest.raises(ValueError, match=r"scan_backend must be one of \('auto', 'jax', 'triton'\)"):
+        match_sequential(*args, scan_backend="cuda")
+    if _gate_triton.interpreted():
+        pytest.skip("this session runs Triton's interpreter")
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        match_sequential(*args, scan_backend="triton")
+    with pytest.raises(ValueError, match=r"feature width d in \[1, 1024\]"):
+        _gate_triton.gate_decisions(torch.zeros(1, 2, 1025), torch.ones(2), torch.zeros(2), torch.zeros(1, 1025),
+                                    torch.zeros(1, 1025), torch.zeros(1), torch.zeros(1), metric="l2", alpha=0.5)
+
+
+def test_bank_passes_its_scan_backend_on():
+    from adsim.matching import CentroidBank
+
+    with pytest.raises(ValueError, match="scan_backend must be one of"):
+        CentroidBank(2, D, mode="sequential", scan_backend="cuda")
+    f, y, valid, *_ = _inputs(0)
+    assert CentroidBank(S, D, mode="sequential", scan_backend="jax").step(0, f, y, valid).acc_pos.shape == (S, N)
+    if not _gate_triton.interpreted():  # the kernel was asked for: CPU tensors without the interpreter refuse
+        with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+            CentroidBank(S, D, mode="sequential", scan_backend="triton").step(0, f, y, valid)
+
+
+def test_auto_takes_the_jax_scan_for_cpu_tensors():
+    from adsim.matching import _use_triton
+
+    f = torch.zeros(1, 4, 8)
+    assert not _use_triton(f, "auto", "auto") and not _use_triton(f, "jax", "auto")
+    assert _use_triton(f, "triton", "auto")
+
+
+def test_kernel_compiles_for_sm90_without_a_gpu():
+    """Triton's real compiler (front end, passes, ptxas) on the ViT-L shape: catches what the
+    interpreter accepts but the compiler does not (e.g. a tile shape or op it cannot lower)."""
+    if _gate_triton.interpreted():
+        pytest.skip("this session runs Triton's interpreter (the kernel is not a compilable JIT function)")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = {k: "*fp32" for k in ("f_ptr", "lab_ptr", "c_ptr", "init_ptr", "acc_ptr", "r_ptr", "c_out_ptr")}
+    sig.update(n="i32", d="i32", alpha="fp32", beta="fp32", tau="fp32", tau_sin="fp32", tau_cos="fp32")
+    for const in (dict(METRIC=2, FIXED_TAU=False, SLERP=True, BLOCK_D=1024),
+                  dict(METRIC=0, FIXED_TAU=True, SLERP=False, BLOCK_D=1024)):
+        src = ASTSource(fn=_gate_triton._gate_kernel, signature={**sig, **{k: "constexpr" for k in const}},
+                        constexprs=const)
+        try:
+            k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4,
+                                                                                   enable_fp_fusion=False))
+        except RuntimeError as e:  # pragma: no cover - a triton without its bundled CUDA tools
+            if "ptxas" in str(e):
+                pytest.skip(f"no ptxas: {e}")
+            raise
+        assert "cubin" in k.asm and "div.rn.f32" in k.asm["ptx"]  # IEEE division, as torch and JAX
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the kernel compiled, not interpreted)")
+@pytest.mark.parametrize("name", list(CASES))
+def test_compiled_kernel_on_cuda_equals_the_literal_loop(name):
+    args, kw = CASES[name]
+    x = [a.cuda() for a in args]
+    x[0].requires_grad_(True)
+    got = match_sequential(*x, **kw)  # scan_backend="auto": the kernel on CUDA tensors
+    raw = _gate_triton.gate_decisions(_core.normalize(x[0].detach()), (1 - x[1]) * x[2], x[1] * x[2], *x[3:], **kw)
+    loop = _loop(*args, **kw)
+    assert torch.equal(got.acc_pos.cpu(), loop[2]) and torch.equal(got.acc_neg.cpu(), loop[3])
+    torch.testing.assert_close(got.c_pos.cpu(), loop[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(raw.c_pos.cpu(), loop[0], rtol=0, atol=1e-5)
+    (g,) = torch.autograd.grad(got.c_pos.sum() + got.c_neg.sum(), x[0])
+    assert torch.isfinite(g).all()
