@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="also split one chunk's time (sufficient path) into the draws program, the "
-                         "estimates program and the copy to the host, and sweep chunk sizes")
+                         "estimates program and the copy to the host")
     args = ap.parse_args(argv)
     import jax
 
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     lines += [f"| {p} | {c:,} | {f:.2f} | {w:.3f} | {args.seeds / w:,.0f} | {'yes' if w <= 1 else 'NO'} |"
               for p, c, f, w in rows]
     if args.profile:
-        lines += ["", *_profile(args.chunk, args.seeds)]
+        lines += ["", *_profile(args.chunk)]
     body = "\n".join(lines)
     print(body)
     if not args.no_write:
@@ -78,9 +78,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def _profile(chunk: int, seeds: int) -> list[str]:
+def _profile(chunk: int) -> list[str]:
     """Markdown lines: one chunk of the sufficient path split into its two programs and the copy
-    to the host (best of 3 after compilation), then the whole run at other chunk sizes."""
+    to the host (best of 3 after compilation)."""
     import jax
     import jax.numpy as jnp
 
@@ -105,20 +105,11 @@ def _profile(chunk: int, seeds: int) -> list[str]:
     t_est = best(lambda: jax.block_until_ready(est_fn(draws)))
     t_copy = best(lambda: jax.tree.map(np.asarray, out))
     it = np.asarray(out.n_iter)
-    lines = [f"Profile, one chunk of {chunk:,} seeds (sufficient statistics, best of 3, ms): draws "
-             f"{1e3 * t_draw:.1f}, estimates {1e3 * t_est:.1f}, copy to host {1e3 * t_copy:.1f}; "
-             f"matching iterations per seed and K: mean {it.mean():.2f}, max {it.max()} (the "
-             f"loop's trips per K follow the slowest seed: on a GPU each trip is kernel launches "
-             f"and a predicate read back to the host).", "",
-             "| chunk (sufficient statistics) | after compilation (s) | seeds/s |", "|---:|---:|---:|"]
-    for c in sorted({chunk // 4, chunk, 4 * chunk}):
-        spec, _ = ex.spec("domain_addition", materialize=False, chunk=c)
-        _engine.simulate(spec, np.arange(seeds), chunk=c)
-        t = time.perf_counter()
-        _engine.simulate(spec, np.arange(seeds), chunk=c)
-        w = time.perf_counter() - t
-        lines.append(f"| {c:,} | {w:.3f} | {seeds / w:,.0f} |")
-    return lines
+    return [f"Profile, one chunk of {chunk:,} seeds (sufficient statistics, best of 3, ms): draws "
+            f"{1e3 * t_draw:.1f}, estimates {1e3 * t_est:.1f}, copy to host {1e3 * t_copy:.1f}; "
+            f"matching iterations per seed and K: mean {it.mean():.2f}, max {it.max()} (the "
+            f"loop's trips per K follow the slowest seed: on a GPU each trip is kernel launches "
+            f"and a predicate read back to the host)."]
 
 
 if __name__ == "__main__":

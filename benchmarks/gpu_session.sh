@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Every open GPU measurement in one call (issues 12 and 14), for a lent GPU machine with a short
+# time budget. Run from the repository root:
+#
+#     OUT=/some/dir bash benchmarks/gpu_session.sh
+#
+# Needs python3 with torch (CUDA) and jax (CUDA); packages the GPU image lacks (open_clip_torch,
+# ftfy, wcwidth, array_api_compat) are installed from wheels in ./.whl if that folder exists
+# (`pip download --no-deps -d .whl open_clip_torch ftfy wcwidth array_api_compat` beforehand; the
+# machine has no network). Writes into $OUT: env.txt, mc.md / mc.log (Monte-Carlo engine, 10^6
+# seeds, with the per-program split), cuda_tests.log (the gate kernels' decisions on the GPU against
+# the literal loop), ad.md / ad.log (ViT-L-14-336 steps, gates and targets). Nothing is written
+# into benchmarks/RESULTS.md: copy the tables there with the card's name.
+# Each step has its own timeout so that a slow one cannot eat the others' time (~8 min in all).
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:?set OUT to a folder for the results}
+mkdir -p "$OUT"
+if compgen -G ".whl/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+else
+    export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  git log --oneline -1 2>/dev/null
+  python3 -c "import sys, jax, torch; print(sys.version); print('jax', jax.__version__, jax.devices()); print('torch', torch.__version__)"
+  python3 -c "import triton; print('triton', triton.__version__)"
+} 2>&1 | tee "$OUT/env.txt"
+
+# 1. Monte-Carlo engine (issue 14): both paths at 10^6 seeds, then one chunk split by program.
+timeout 150 python3 benchmarks/gpu_montecarlo.py --profile --out "$OUT/mc.md" 2>&1 | tee "$OUT/mc.log"
+
+# 2. Exact sequential gate on the GPU (issue 12): Triton kernel and JAX scan vs the literal loop.
+JAX_PLATFORMS=cuda,cpu timeout 90 python3 -m pytest -q -p no:cacheprovider \
+    tests/adsim/test_adsim_gate_triton.py tests/adsim/test_adsim_gate.py -k "cuda" 2>&1 \
+    | tail -15 | tee "$OUT/cuda_tests.log"
+
+# 3. adsim at ViT-L-14-336 (issues 12, 14): steps, gates (Triton and JAX), compiled steps, targets.
+timeout 240 python3 benchmarks/gpu_adsim.py --results "$OUT/ad.md" --warmup 2 --iters 6 \
+    --skip-literal --decompose 2>&1 | grep -v "^WARNING:root" | tee "$OUT/ad.log"
