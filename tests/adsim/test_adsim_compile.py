@@ -146,28 +146,31 @@ def test_compatibility_and_modes():
 
 
 def test_cli_compile_trains_like_eager_and_is_recorded(toy_root, tmp_path, monkeypatch, capsys):
-    """``train --compile`` (auto -> default on CPU) runs the compiled step, records the resolved mode in
-    config.json ("execution"), and ends with the eager run's head and logged losses (tolerance as above);
+    """``train --compile`` (auto -> default on CPU; also from ``--trunk-cache``'s tokens) runs the compiled
+    step, records the resolved mode in config.json ("execution"), and ends with the eager run's head and
+    logged losses (tolerance as above);
     ``--resume`` may switch it off. Incompatible settings are one-line errors before any work."""
     backend = Counting()
     monkeypatch.setattr(C, "BACKEND", backend)
     common = ["train", "--data", str(toy_root), "--target", "Liver", "--train-domains", "Brain", "Histopathology",
               "--gate-mode", "batched", "--backbone", "tiny", "--batch-size", "8", "--no-progress"]
-    plain, comp = tmp_path / "plain", tmp_path / "comp"
+    plain, comp, cached = tmp_path / "plain", tmp_path / "comp", tmp_path / "cached"
     assert main([*common, "--out", str(plain), "--epochs", "1"]) == 0
     assert main([*common, "--out", str(comp), "--epochs", "1", "--compile"]) == 0
     assert backend.graphs >= 1  # the compiled step ran
-    record = json.loads((comp / "config.json").read_text())
-    assert record["execution"] == {"compile": "default", "trunk_cache": False}
+    assert main([*common, "--out", str(cached), "--epochs", "1", "--compile", "default", "--trunk-cache"]) == 0
     assert json.loads((plain / "config.json").read_text())["execution"] == {"compile": None, "trunk_cache": False}
+    assert json.loads((comp / "config.json").read_text())["execution"] == {"compile": "default", "trunk_cache": False}
+    assert json.loads((cached / "config.json").read_text())["execution"] == {"compile": "default", "trunk_cache": True}
     a = torch.load(plain / "checkpoint_last.pt", weights_only=False)
-    b = torch.load(comp / "checkpoint_last.pt", weights_only=False)
-    for k in a["head"]:
-        torch.testing.assert_close(b["head"][k], a["head"][k], rtol=2e-5, atol=2e-5, msg=k)
-    (ha,), (hb,) = a["history"], b["history"]
-    assert ha.keys() == hb.keys() and ha["steps"] == hb["steps"] == 2
-    for k in ha:
-        assert hb[k] == pytest.approx(ha[k], rel=2e-5, abs=1e-6), k
+    for run in (comp, cached):
+        b = torch.load(run / "checkpoint_last.pt", weights_only=False)
+        for k in a["head"]:
+            torch.testing.assert_close(b["head"][k], a["head"][k], rtol=2e-5, atol=2e-5, msg=f"{run.name} {k}")
+        (ha,), (hb,) = a["history"], b["history"]
+        assert ha.keys() == hb.keys() and ha["steps"] == hb["steps"] == 2
+        for k in ha:
+            assert hb[k] == pytest.approx(ha[k], rel=2e-5, abs=1e-6), f"{run.name} {k}"
     # a run setting, not part of the method: resuming without --compile is allowed and recorded
     assert main([*common, "--out", str(comp), "--epochs", "2", "--resume"]) == 0
     assert json.loads((comp / "config.json").read_text())["execution"]["compile"] is None
