@@ -98,9 +98,9 @@ def compiled_loss(cfg, head, backbone, grid: int, amp=None, *, mode: str = "defa
     """``step(cfg, head, tokens, batch) -> (loss, parts)``: :func:`post_trunk_loss` compiled once for
     this ``head`` and ``backbone`` (the ``loss_fn`` argument of :func:`adsim.train.train_epoch`, with
     ``forward`` = the frozen trunk). ``mode`` as :func:`resolve_mode` has resolved it; ``backend``:
-    ``"inductor"`` (training) or e.g. ``"aot_eager"`` (tests: graph capture and AOTAutograd without
-    code generation); ``fullgraph=True`` raises on any graph break (tests). Raises ``ValueError`` on
-    NaN/inf features, as the eager step does."""
+    default :data:`BACKEND` (``"inductor"``), or e.g. ``"aot_eager"`` (graph capture and AOTAutograd
+    without code generation) or a backend callable; ``fullgraph=True`` raises on any graph break
+    (tests). Raises ``ValueError`` on NaN/inf features, as the eager step does."""
     if mode not in MODES[1:]:
         raise ValueError(f"compile mode must be one of {MODES[1:]} here (resolve 'auto' first), got {mode!r}")
     backend = backend or BACKEND
@@ -110,6 +110,9 @@ def compiled_loss(cfg, head, backbone, grid: int, amp=None, *, mode: str = "defa
     def region(tokens, batch):
         return post_trunk_loss(cfg, head, backbone, tokens, batch, grid, amp, loss_fn)
 
+    # a code object of its own: dynamo keeps compiled graphs, and counts recompilations against its
+    # limit (8), per code object, so the steps built for other configs in this process do not count
+    region.__code__ = region.__code__.replace()
     compiled = torch.compile(region, backend=backend, mode=None if mode == "default" else mode,
                              fullgraph=fullgraph, dynamic=False)
     graphs = mode == "reduce-overhead"
