@@ -11,6 +11,7 @@ from poolsim import _core
 from . import _protocol_cli
 from . import data as D
 from . import recipes as R
+from ._compile import MODES
 from ._io import check_writable, read_json, write_json
 from ._method import ZERO_SHOT
 from .backbone import BACKBONES
@@ -69,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--no-progress", dest="progress", action="store_false")
     tr.add_argument("--trunk-cache", action="store_true",
                     help="compute the frozen trunk's tokens once and keep them in RAM (same result, faster epochs)")
+    tr.add_argument("--compile", nargs="?", const="auto", default=None, choices=MODES, metavar="MODE",
+                    help=f"torch.compile the step after the frozen trunk (same result up to float rounding, fewer "
+                         f"kernel launches; batched gate, one process). MODE: one of {MODES}; alone: auto = "
+                         "reduce-overhead (CUDA graphs) on CUDA, default elsewhere")
     _dist_args(tr)
 
     ev = sub.add_parser("eval", help="write RUN/metrics.json for the target's test split")
@@ -243,7 +248,8 @@ def main(argv=None) -> int:
             if cfg.select == "test":
                 print("WARNING: select='test' selects the checkpoint on the TARGET's test set "
                       "(authors' protocol): the result is optimistic and not zero-shot", file=sys.stderr)
-            out = train(cfg, resume=args.resume, progress=args.progress, trunk_cache=args.trunk_cache)
+            out = train(cfg, resume=args.resume, progress=args.progress, trunk_cache=args.trunk_cache,
+                        compile_mode=args.compile)
             if distributed.is_main():
                 print(f"run written to {out}")
         else:

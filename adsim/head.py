@@ -200,8 +200,10 @@ def features_from_tokens(head: Head, tokens: torch.Tensor) -> Features:
     return _score(head, seg_mid, det_mid)
 
 
-def _score(head: Head, seg_mid: list, det_mid: list) -> Features:
-    """Adapter bottlenecks ``L x (B, N, E)`` -> normalisation, VACA, text scoring (float32)."""
+def _score(head: Head, seg_mid: list, det_mid: list, *, check: bool = True) -> Features:
+    """Adapter bottlenecks ``L x (B, N, E)`` -> normalisation, VACA, text scoring (float32).
+    ``check=False`` skips the NaN/inf check (a host sync and, under ``torch.compile``, a graph break):
+    the caller then checks :func:`finite` itself (``adsim._compile`` does, after the compiled step)."""
     ref = seg_mid[0]
     text = head.text
     direction = text[1] - text[0]
@@ -222,9 +224,21 @@ def _score(head: Head, seg_mid: list, det_mid: list) -> Features:
             seg_logits.append(LOGIT_SCALE * ps @ direction)
             det_logits.append(LOGIT_SCALE * pd @ direction)
         image_logits = torch.stack([z.amax(dim=1) for z in det_logits])
-        if not bool(torch.isfinite(image_logits).all() & torch.isfinite(torch.stack(seg_logits)).all()):
-            raise ValueError("NaN or inf in the token features (check the input images and the checkpoint)")
-    return Features(seg, det, seg_logits, det_logits, image_logits, var, det_raw)
+    feats = Features(seg, det, seg_logits, det_logits, image_logits, var, det_raw)
+    if check:
+        check_finite(finite(feats))
+    return feats
+
+
+def finite(feats: Features) -> torch.Tensor:
+    """``()`` bool tensor: every patch and image logit is finite (no host sync)."""
+    return torch.isfinite(feats.image_logits).all() & torch.isfinite(torch.stack(feats.seg_logits)).all()
+
+
+def check_finite(flag: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless :func:`finite`'s ``flag`` is true (one host sync)."""
+    if not bool(flag):
+        raise ValueError("NaN or inf in the token features (check the input images and the checkpoint)")
 
 
 def check_score(score: str) -> str:

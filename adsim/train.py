@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from poolsim import _core
 
+from . import _compile as C
 from . import data as D
 from . import distributed as DD
 from . import losses as L
@@ -198,7 +199,8 @@ def objective(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
     loss = (cfg.beta_dice * parts["dice"] + cfg.beta_focal * parts["focal"] + cfg.beta_bce * parts["bce"]
             + cfg.lambda_intra * parts["intra"] + cfg.lambda_inter * parts["inter"]
             + cfg.lambda_var * parts["var"])
-    return loss, {k: torch.as_tensor(v).detach().float() for k, v in parts.items()}
+    # on the loss's device (a naive run's 0.0 terms too: a CPU constant would keep CUDA graphs off, _compile)
+    return loss, {k: torch.as_tensor(v, device=loss.device).detach().float() for k, v in parts.items()}
 
 
 def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, grid: int, device, amp, *,
@@ -277,16 +279,23 @@ def _batch_to(batch, device):
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trunk_cache: bool = False) -> Path:
+def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trunk_cache: bool = False,
+          compile_mode: str | None = None) -> Path:
     """Train and checkpoint under ``cfg.out``; returns the run folder.
 
     Under torchrun, data-parallel (``adsim.distributed``; ``cfg.batch_size`` is the global batch).
     ``trunk_cache``: compute the frozen trunk's tokens once and train from them (``adsim.cache``;
-    same result, less time per epoch, RAM for the cache)."""
+    same result, less time per epoch, RAM for the cache). ``compile_mode`` (one of
+    ``adsim._compile.MODES``; ``None``: eager): ``torch.compile`` the step after the frozen trunk
+    (``adsim._compile``; same result up to float rounding, fewer kernel launches; batched gate, one
+    process). Both are run settings, not recipe fields: recorded in ``config.json`` under
+    ``"execution"``, and ``--resume`` may change them."""
     from .evaluate import selection_score  # evaluate imports train's helpers
 
     cfg = validate(cfg)
     ddp = DD.setup(cfg.device)  # [distributed] world size 1 without torchrun
+    if compile_mode is not None:  # before any work: one-line error for a setting the compiled step lacks
+        C.check_compatible(cfg, trainer=_trainer(cfg), world_size=ddp.size)
     local_batch = DD.local_batch_size(cfg.batch_size, ddp)
     progress = progress and ddp.rank == 0
     out = Path(cfg.out)
@@ -304,6 +313,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     _seed_everything(cfg.seed)
     device = DD.local_device(resolve_device(cfg.device), ddp)
     amp = autocast_dtype(cfg.precision, device)
+    if compile_mode is not None:
+        compile_mode = C.resolve_mode(compile_mode, device)
     backbone = build_backbone(cfg.backbone, image_size=cfg.image_size, checkpoint=cfg.checkpoint,
                               quick_gelu=cfg.quick_gelu, seed=cfg.seed, device=device)
     spec = backbone.spec
@@ -328,6 +339,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         D.require_both_classes(selection, f"selection set ({cfg.select})")
     record = _jsonable(_config_record(cfg, backbone, prompts))
     record["n_train_images"] = len(samples)
+    record["execution"] = {"compile": compile_mode, "trunk_cache": trunk_cache}  # of the latest (re)start
     if ddp.rank == 0:
         write_json(out / "config.json", record)
 
@@ -339,6 +351,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         scaler.load_state_dict(ckpt["scaler"])
         start, history, best = ckpt["epoch"] + 1, ckpt["history"], ckpt["best"]
     dataset = D.ImageDataset(samples, spec.image_size, clip_norm=cfg.clip_norm)
+    loss_fn = None if trainer is None else trainer.loss
     if trainer is not None:  # a method's own training forward (adsim._method.Trainer)
         forward = lambda x: trainer.forward(head, backbone, x)  # noqa: E731
     else:
@@ -349,7 +362,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
             per_rank = lambda h, x: adapter_bottlenecks(backbone, h, x)  # noqa: E731
         else:
             per_rank = lambda h, x: adapter_bottlenecks(backbone, h, trunk_tokens(backbone, x))  # noqa: E731
-        forward = DD.data_parallel(head, per_rank, _score, device)
+        if compile_mode is None:
+            forward = DD.data_parallel(head, per_rank, _score, device)
+        else:  # one process (check_compatible): the trunk eager, the rest of the step compiled
+            forward = (lambda x: x) if trunk_cache else (lambda x: trunk_tokens(backbone, x))  # noqa: E731
+            loss_fn = C.compiled_loss(cfg, head, backbone, spec.grid, amp, mode=compile_mode)
     dataset = _PixelDomain(dataset, samples)
     for epoch in range(start, cfg.epochs):
         # shuffling depends only on (seed, epoch): a resumed run sees the same order
@@ -359,7 +376,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         entry = {"epoch": epoch, **train_epoch(cfg, head, opt, scaler, loader, forward, spec.grid, device, amp,
                                                 desc=f"epoch {epoch + 1}/{cfg.epochs}", progress=progress,
                                                 gather=DD.gather_dict if ddp.size > 1 else None,
-                                                loss_fn=None if trainer is None else trainer.loss)}
+                                                loss_fn=loss_fn)}
         DD.check_in_sync(head)
         if selection:
             scored = head if trainer is None else trainer.method(cfg, backbone, head)

@@ -26,6 +26,17 @@ checksum, and the table states how far the two implementations differ.
 
     python benchmarks/adsim_step.py                        # both shapes, writes to benchmarks/RESULTS.md
     python benchmarks/adsim_step.py --shapes tiny --iters 3 --rounds 1 --no-write
+
+``--compile`` (issue 14): instead, eager vs compiled on the real tiny backbone (working tree only, one
+child process with a fresh inductor cache, so the compile time is a cold one): the compiled region of
+``adsim._compile`` (everything after the frozen trunk, forward + backward, what ``train --compile``
+runs) against the same code eager, for the matching+VACA step (batched gate) and the naive step;
+timed calls alternate eager and compiled. Reports the first compiled call (compilation + one step), the
+median times, their ratio, the kernels per call (eager: compute aten ops; compiled: inductor's fused C++
+kernels plus the aten ops it still calls, e.g. matmuls) and the agreement of loss and gradients. CPU
+timings only indicate the direction: the GPU lever is CUDA graphs (``benchmarks/gpu_adsim.py``).
+
+    python benchmarks/adsim_step.py --compile --iters 10 --no-write
 """
 from __future__ import annotations
 
@@ -64,6 +75,130 @@ def _cpu_name() -> str:
 # ----------------------------------------------------------------------------------------------------
 # child: measures one implementation (imports adsim/poolsim from --child ROOT)
 # ----------------------------------------------------------------------------------------------------
+
+def _compile_child(args) -> None:
+    """Eager vs compiled post-trunk step on the tiny backbone (B=16); prints ``RESULT {json}``."""
+    sys.path.insert(0, args.child)
+    import copy
+    import warnings
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch._inductor.config.cpp.enable_kernel_profile = True  # each fused kernel a profiler event
+    from adsim import _compile as C
+    from adsim.backbone import RandomWeightsWarning, build_backbone
+    from adsim.head import prompt_ensemble, text_embeddings, trunk_tokens
+    from adsim.train import TrainConfig, make_head
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RandomWeightsWarning)
+        bb = build_backbone("tiny", seed=0)
+    spec, b, s = bb.spec, 16, bb.spec.image_size
+    gen = torch.Generator().manual_seed(0)
+    masks = torch.zeros(b, s, s)
+    masks[1::2, s // 4: s // 2, s // 4: s // 2] = 1.0  # every other image: a lesion
+    batch = {"mask": masks, "has_mask": torch.ones(b), "label": torch.tensor([float(i % 2) for i in range(b)])}
+    images = torch.randn(b, 3, s, s, generator=gen)
+    tokens = trunk_tokens(bb, images)
+    trunk = []
+    for _ in range(args.iters):  # the eager frozen trunk, for the whole step's share
+        t0 = time.perf_counter()
+        trunk_tokens(bb, images)
+        trunk.append(time.perf_counter() - t0)
+    text = text_embeddings(bb, prompt_ensemble())
+    base = TrainConfig(data="", target="Brain", out="")
+    out = {"trunk_s": statistics.median(trunk), "shape": f"tiny backbone (L={len(spec.adapter_layers)}, B={b}, N={spec.grid ** 2}, "
+                    f"W={spec.width}, E={spec.embed_dim}, {s} px)"}
+    for name, cfg in (("match+VACA", base._replace(method="match", vaca=True, gate_mode="batched")),
+                      ("naive", base._replace(method="naive", vaca=False))):
+        torch.manual_seed(0)
+        heads = {"eager": make_head(cfg, spec.width, spec.embed_dim, text).train()}
+        heads["compiled"] = copy.deepcopy(heads["eager"])
+        compiled = C.compiled_loss(cfg, heads["compiled"], bb, spec.grid, mode="default", backend="inductor")
+        state = copy.deepcopy(heads["eager"].state_dict())
+
+        def reset(kind):  # every call from the same centroids / VACA statistics, not timed
+            heads[kind].load_state_dict(state)
+            heads[kind].zero_grad(set_to_none=True)
+
+        def call(kind):
+            if kind == "eager":
+                loss = C.post_trunk_loss(cfg, heads[kind], bb, tokens, batch, spec.grid)[0]
+            else:
+                loss = compiled(cfg, heads[kind], tokens, batch)[0]
+            loss.backward()
+            return loss
+
+        def grads(kind):
+            return {n: p.grad.clone() for n, p in heads[kind].named_parameters() if p.grad is not None}
+
+        reset("eager")
+        loss_e = float(call("eager"))
+        reset("compiled")
+        t0 = time.perf_counter()
+        loss_c = float(call("compiled"))
+        first = time.perf_counter() - t0
+        grad_e, grad_c = grads("eager"), grads("compiled")
+        state_diff = max(float((heads["compiled"].state_dict()[k] - v).abs().max())  # centroids, VACA statistics
+                         for k, v in heads["eager"].state_dict().items() if v.is_floating_point())
+        times, ops = {"eager": [], "compiled": []}, {}
+        for kind in ("eager", "compiled") * (args.warmup - 1):
+            reset(kind)
+            call(kind)
+        for _ in range(args.iters):
+            for kind in times:
+                reset(kind)
+                t0 = time.perf_counter()
+                call(kind)
+                times[kind].append(time.perf_counter() - t0)
+        for kind in times:
+            reset(kind)
+            ops[kind] = _count_ops(lambda kind=kind: call(kind), fused=kind == "compiled")
+        out[name] = {"first_compiled_s": first, "times": times, "ops": ops,
+                     "loss_rel": abs(loss_c - loss_e) / abs(loss_e), "state_abs": state_diff,
+                     "grad_rel": max(float((grad_c[n] - g).abs().max() / g.abs().max().clamp_min(1e-30))
+                                     for n, g in grad_e.items())}
+    print("RESULT " + json.dumps(out))
+
+
+def _compile_run(args) -> str:
+    with tempfile.TemporaryDirectory() as cache:
+        load0 = os.getloadavg()[0]
+        cmd = [sys.executable, __file__, "--child", str(ROOT), "--compile", "--threads", str(args.threads),
+               "--iters", str(args.iters), "--warmup", str(args.warmup)]
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": cache}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        load1 = os.getloadavg()[0]
+    if proc.returncode != 0:
+        raise RuntimeError(f"compile child failed:\n{proc.stderr[-4000:]}")
+    res = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT "):])
+    lines = ["## adsim compiled training step on CPU (benchmarks/adsim_step.py --compile)", "",
+             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}; {_cpu_name()}, nproc {os.cpu_count()}, "
+             f"torch threads {args.threads}, Python {platform.python_version()}, torch {__import__('torch').__version__}"
+             f"; 1-minute load average {load0:.1f} at start, {load1:.1f} at end (shared machine). "
+             f"{res['shape']}, random weights and images, fp32; everything after the frozen trunk "
+             f"(adsim._compile.post_trunk_loss), forward + backward; eager vs `torch.compile` (inductor, "
+             f"mode default, cold cache); median of {args.iters} timed calls each, alternating, after "
+             f"{args.warmup} warm-up.", "",
+             "| step | compile + first call [s] | eager [ms] | compiled [ms] | eager / compiled | "
+             "kernels eager | kernels compiled | loss rel. diff | grad rel. diff | state abs. diff |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in ("match+VACA", "naive"):
+        r = res[name]
+        e, c = (statistics.median(r["times"][k]) * 1e3 for k in ("eager", "compiled"))
+        lines.append(f"| {name} | {r['first_compiled_s']:.1f} | {e:.1f} | {c:.1f} | {e / c:.2f}x | "
+                     f"{r['ops']['eager']} | {r['ops']['compiled']} | {r['loss_rel']:.1e} | {r['grad_rel']:.1e} | "
+                     f"{r['state_abs']:.1e} |")
+    m = {k: statistics.median(res["match+VACA"]["times"][k]) / statistics.median(res["naive"]["times"][k])
+         for k in ("eager", "compiled")}
+    lines += ["", f"match+VACA / naive: eager {m['eager']:.2f}, compiled {m['compiled']:.2f}. The eager frozen trunk "
+              f"(not compiled, the same for both) takes {res['trunk_s'] * 1e3:.1f} ms per batch. Differences: "
+              "largest relative difference of the loss and of any gradient entry (relative to its tensor's "
+              "largest), largest absolute difference of any parameter or buffer (centroids, VACA statistics) "
+              "after the first call."]
+    return "\n".join(lines) + "\n"
+
 
 def _child(args) -> None:
     sys.path.insert(0, args.child)
@@ -155,17 +290,19 @@ _NO_KERNEL = {"as_strided", "empty", "empty_strided", "empty_like", "view", "_un
               "scalar_tensor", "lift_fresh", "resize_", "unbind", "split", "narrow", "contiguous"}
 
 
-def _count_ops(fn) -> int:
+def _count_ops(fn, fused: bool = False) -> int:
     """Leaf aten ops (no aten op below them) of one call, forward and backward, without the ops that
     only allocate or reshape: on a GPU each is a kernel launch (the small-batch step is launch-bound);
-    unlike CPU time the count does not depend on the machine's load."""
+    unlike CPU time the count does not depend on the machine's load. ``fused=True``: plus inductor's
+    fused C++ kernels (profiler events ``cpp_fused_*``, with ``cpp.enable_kernel_profile``)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
-    return sum(1 for ev in prof.events() if ev.name.startswith("aten::")
+    return sum(1 for ev in prof.events() if (ev.name.startswith("aten::")
                and ev.name[len("aten::"):] not in _NO_KERNEL
                and not any(ch.name.startswith("aten::") for ch in ev.cpu_children))
+               or (fused and "cpp_fused" in ev.name))
 
 
 def _matching_losses(T, cfg, head, feats, batch, grid):
@@ -284,15 +421,17 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: shared machine)")
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"), help="markdown file to append to")
     p.add_argument("--no-write", action="store_true", help="print the table only")
+    p.add_argument("--compile", action="store_true",
+                   help="eager vs compiled step on the tiny backbone (working tree only; see above)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in ("rounds", "iters", "warmup", "threads"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.child:
-        _child(args)
+        (_compile_child if args.compile else _child)(args)
         return 0
-    table = run(args)
+    table = _compile_run(args) if args.compile else run(args)
     print(table)
     if not args.no_write:
         from montecarlo import append_table  # benchmarks/, the script's folder

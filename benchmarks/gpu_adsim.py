@@ -12,13 +12,29 @@ Random weights, synthetic images, ``ViT-L-14-336`` at 238 px (the 17 x 17 patch 
 
 and the time of the batched gate, the exact fast sequential gate (``match_sequential``: one layer, and
 all 8 slots of a step, with the JAX scan and with the Triton kernel; the Triton row is skipped, with
-that label, on the CPU) and the literal sequential loop on one batch's patch features. Prints a table,
+that label, on the CPU) and the literal sequential loop on one batch's patch features.
+
+Compiled rows (issue 14; ``adsim._compile``, what ``train --compile`` runs): the bare, naive and
+matching+VACA (batched gate) steps with everything after the frozen trunk under ``torch.compile``
+(``--compile-mode``, default ``reduce-overhead`` = inductor + CUDA graphs), each with the time of its
+first call (compilation + one step), and the 8 batched gates compiled alone; their targets are checked
+against each other (compiled matching+VACA vs compiled naive and compiled bare). The count of CUDA-graph
+skips is printed (0 = every compiled region ran as a CUDA graph; the reason is logged otherwise).
+``--compile-steps`` picks which steps compile (each compilation of the ViT-L region, forward and
+backward, is expected to take about a minute -- not yet measured); ``--compile-steps`` with no value
+skips them. Prints a table,
 checks the targets of the issue (reported, never asserted) and appends the table to
 ``benchmarks/RESULTS.md`` with the GPU name. Without CUDA it refuses, unless ``--device cpu --tiny``
 (a smoke run of the same code path on the tiny backbone; its numbers mean nothing).
 
-    python benchmarks/gpu_adsim.py                  # on a GPU machine, <= 5 minutes
+    python benchmarks/gpu_adsim.py                  # on a GPU machine, <= 5 minutes eager + the compiled rows
+    python benchmarks/gpu_adsim.py --warmup 2 --iters 6 --skip-literal --batch-sizes 16 --sweep
+                                                    # B=16 only: eager and compiled steps, gates
     python benchmarks/gpu_adsim.py --device cpu --tiny --results /tmp/smoke.md
+
+In the CPU smoke run the compiled rows use the ``aot_eager`` backend by default (graph capture and
+AOTAutograd, no code generation: inductor's C++ compilation takes minutes per step on a small CPU) and
+say so in their labels; ``--compile-backend inductor`` compiles them for real.
 """
 from __future__ import annotations
 
@@ -37,7 +53,8 @@ sys.path.insert(0, str(ROOT))
 
 from montecarlo import append_table  # noqa: E402  (benchmarks/, the script's folder)
 from adsim.backbone import RandomWeightsWarning, build_backbone, frozen_tokens  # noqa: E402
-from adsim.head import features, prompt_ensemble, text_embeddings  # noqa: E402
+from adsim import _compile  # noqa: E402
+from adsim.head import features, prompt_ensemble, text_embeddings, trunk_tokens  # noqa: E402
 from adsim.matching import CentroidBank, match, match_sequential  # noqa: E402
 from adsim.train import TrainConfig, make_head, objective  # noqa: E402
 
@@ -71,22 +88,83 @@ def _batch(spec, b, device, gen):
             "label": labels.to(device)}
 
 
-def _step_fn(backbone, cfg, text, batch, device, amp, kind):
+def _bare_loss(cfg, head, feats, batch):
+    """The bare adapter step's trivial loss (``loss_fn`` signature of adsim.train.train_epoch)."""
+    return torch.stack(feats.seg_logits).float().pow(2).mean() + feats.image_logits.float().pow(2).mean(), {}
+
+
+def _step_fn(backbone, cfg, text, batch, device, amp, kind, compiled=None):
+    """One training step of ``kind`` ("bare" or "full"); ``compiled=(mode, backend)``: everything after
+    the frozen trunk through ``adsim._compile.compiled_loss`` (what ``train --compile`` runs)."""
     head = make_head(cfg, backbone.spec.width, backbone.spec.embed_dim, text).to(device)
     opt = torch.optim.Adam(head.parameters(), lr=cfg.lr, betas=cfg.betas)
+    if compiled is not None:
+        post = _compile.compiled_loss(cfg, head, backbone, backbone.spec.grid, amp, mode=compiled[0],
+                                      backend=compiled[1], loss_fn=_bare_loss if kind == "bare" else None)
 
     def step():
-        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-            feats = features(backbone, head, batch["image"])
-        if kind == "bare":
-            loss = torch.stack(feats.seg_logits).float().pow(2).mean() + feats.image_logits.float().pow(2).mean()
+        if compiled is not None:
+            with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+                tokens = trunk_tokens(backbone, batch["image"])
+            loss, _ = post(cfg, head, tokens, batch)
         else:
-            loss, _ = objective(cfg, head, feats, batch, backbone.spec.grid)
+            with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+                feats = features(backbone, head, batch["image"])
+            if kind == "bare":
+                loss, _ = _bare_loss(cfg, head, feats, batch)
+            else:
+                loss, _ = objective(cfg, head, feats, batch, backbone.spec.grid)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
         opt.step()
     return step
+
+
+_COMPILED = {"bare": ("bare adapter step", dict(method="naive", vaca=False), "bare"),
+             "naive": ("naive-pooling step", dict(method="naive", vaca=False), "full"),
+             "match": ("matching+VACA step, batched gate", dict(method="match", vaca=True, gate_mode="batched"),
+                       "full")}
+
+
+def _compiled_steps(args, backbone, base, text, batch, device, amp, add, kw) -> dict:
+    """Rows for the compiled steps of ``args.compile_steps`` at ``args.batch_size``: compile + first call,
+    then the timed median. Returns ``{kind: seconds per step}``."""
+    b, times = args.batch_size, {}
+    for kind in args.compile_steps:
+        label, over, loss = _COMPILED[kind]
+        torch._dynamo.reset()  # each step kind compiles on its own (no recompile limit across rows)
+        step = _step_fn(backbone, base._replace(**over), text, batch, device, amp, loss,
+                        compiled=(args.compile_mode, args.compile_backend))
+        t0 = time.perf_counter()
+        step()  # compilation (+ CUDA graph recording under reduce-overhead) and one step
+        _sync(device)
+        add(f"{label}, compiled {args.compile_label}: compile + first call (B={b})", time.perf_counter() - t0)
+        times[kind] = _time(step, device, **kw)
+        add(f"{label}, compiled {args.compile_label} (B={b})", times[kind], b)
+    return times
+
+
+def _compiled_gates(args, bank, slots, device, kw) -> float:
+    """The 8 batched gates of a step (``slots``: ``[(start, f, y, valid)]``) compiled alone (forward and
+    centroid update, like the eager gates row); inputs at fixed addresses so CUDA graphs copy nothing."""
+    for t in (x for sl in slots for x in sl[1:]):
+        torch._dynamo.mark_static_address(t)
+
+    def gates():
+        for start, f, y, v in slots:
+            bank.step(start, f, y, v, unit=True)
+    torch._dynamo.reset()
+    fn = torch.compile(gates, backend=args.compile_backend,
+                       mode=None if args.compile_mode == "default" else args.compile_mode)
+
+    def call():
+        if args.compile_mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
+        with warnings.catch_warnings():  # array_api_compat's lru_cache (see adsim._compile)
+            warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
+            fn()
+    return _time(call, device, **kw)
 
 
 def run(args) -> str:
@@ -134,6 +212,7 @@ def run(args) -> str:
         add(f"matching+VACA step, exact sequential gate (B={bb})", te, bb)
         if bb == b:
             t_naive, t_match, t_match_exact = tn, tm, te
+    t_comp = _compiled_steps(args, backbone, base, text, batch, device, amp, add, kw)
     if args.decompose:  # which half of matching+VACA costs what: each one alone on top of the naive step
         for label, over in (("naive step + VACA only", dict(method="naive", vaca=True)),
                             ("matching only (batched gate, no VACA)", dict(method="match", vaca=False,
@@ -159,6 +238,10 @@ def run(args) -> str:
         bank.step(4, f_img, y[:b], v[:b], unit=True)
     t_gates = _time(gates_batched, device, **kw)
     add(f"batched gates, all 8 slots of a step ({n} patch features/layer)", t_gates)
+    t_gates_comp = None
+    if "match" in args.compile_steps:
+        t_gates_comp = _compiled_gates(args, bank, [(0, f_seg, y, v), (4, f_img, y[:b], v[:b])], device, kw)
+        add(f"batched gates, all 8 slots, compiled {args.compile_label} ({n} patch features/layer)", t_gates_comp)
 
     def gates_exact(backend):  # same 8 slots through the exact fast sequential gate (compiled in warm-up)
         bank_exact = CentroidBank(8, spec.embed_dim, mode="sequential", scan_backend=backend).to(device)
@@ -203,7 +286,23 @@ def run(args) -> str:
          "exact matching+VACA step (issue 12)", (t_gates_triton or t_gates_exact) / t_match_exact, 0.05, "<="),
         ("matching+VACA throughput >= 80% of bare adapter step", t_bare / t_match, 0.80, ">="),
     ]
-    lines += ["", "| target (issue 7, 12) | measured | met? |", "|---|---:|---|"]
+    if "match" in t_comp:  # the compiled lever (issue 14): each ratio against the compiled step of the same kind
+        c = args.compile_label
+        if "naive" in t_comp:
+            checks.append((f"compiled {c}: matching+VACA step <= 1.10 x compiled naive step",
+                           t_comp["match"] / t_comp["naive"], 1.10, "<="))
+        if "bare" in t_comp:
+            checks.append((f"compiled {c}: matching+VACA throughput >= 80% of compiled bare adapter step",
+                           t_comp["bare"] / t_comp["match"], 0.80, ">="))
+        checks.append((f"compiled {c}: batched gates (compiled) <= 2% of the compiled matching+VACA step",
+                       t_gates_comp / t_comp["match"], 0.02, "<="))
+    if t_comp:
+        from torch._dynamo.utils import counters
+        graphs = (f"CUDA-graph skips: {counters['inductor']['cudagraph_skips']} (0 = every compiled region ran as a "
+                  "CUDA graph)" if args.compile_mode == "reduce-overhead" else "no CUDA graphs in this mode")
+        lines += ["", f"Compiled rows: `torch.compile` mode {args.compile_mode!r}, backend {args.compile_backend!r} "
+                  f"(adsim._compile: everything after the frozen trunk, forward and backward); {graphs}."]
+    lines += ["", "| target (issue 7, 12, 14) | measured | met? |", "|---|---:|---|"]
     for label, value, bound, op in checks:
         ok = value <= bound if op == "<=" else value >= bound
         lines.append(f"| {label} | {value:.3f} | {'yes' if ok else 'NO'} |")
@@ -226,6 +325,12 @@ def main(argv=None) -> int:
     p.add_argument("--decompose", action="store_true",
                    help="also time the naive step with VACA only and matching without VACA (batch --batch-size)")
     p.add_argument("--skip-literal", action="store_true", help="skip timing the literal per-feature loop (~8 s/call)")
+    p.add_argument("--compile-steps", nargs="*", choices=tuple(_COMPILED), default=list(_COMPILED),
+                   help="steps timed compiled (adsim._compile) at --batch-size; no value: none")
+    p.add_argument("--compile-mode", choices=_compile.MODES[1:], default=None,
+                   help="torch.compile mode of the compiled rows (default: reduce-overhead on CUDA, default on CPU)")
+    p.add_argument("--compile-backend", default=None,
+                   help="torch.compile backend (default: inductor; aot_eager in the CPU smoke run)")
     args = p.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("gpu_adsim: CUDA is not available on this machine, so there is nothing to benchmark.\n"
@@ -238,8 +343,17 @@ def main(argv=None) -> int:
     if args.tiny and args.device == "cpu":
         args.sweep = [s for s in args.sweep if s <= 4] or []
         args.batch_sizes = [s for s in args.batch_sizes if s <= 4] or [args.batch_size]
+    smoke = args.device == "cpu"
+    args.compile_mode = args.compile_mode or ("default" if smoke else "reduce-overhead")
+    args.compile_backend = args.compile_backend or ("aot_eager" if smoke else "inductor")
+    if args.compile_backend != "inductor" and args.compile_mode != "default":
+        p.error(f"--compile-mode {args.compile_mode} needs --compile-backend inductor")
+    args.compile_label = (args.compile_mode if args.compile_backend == "inductor" else
+                          f"{args.compile_backend}, capture only, no codegen")
     if args.batch_size not in args.batch_sizes:
         args.batch_sizes = [args.batch_size, *args.batch_sizes]
+    if args.compile_steps and args.compile_mode == "reduce-overhead":
+        torch._logging.set_logs(perf_hints=True)  # the reason whenever a region is not CUDA-graphed
     table = run(args)
     print(table)
     if not args.no_write:
