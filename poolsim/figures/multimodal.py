@@ -48,8 +48,10 @@ def _modes(M: int, R: float) -> np.ndarray:
     return R * np.stack([np.cos(ang), np.sin(ang)], axis=1)
 
 
-def _draw(seed: int, P: dict):
-    """``(X (K_max, n, 2), mode (K_max,), modes (M, 2))``."""
+def _draw_means(seeds, P: dict) -> np.ndarray:
+    """The K_max domain means of every seed, ``(S, K_max, 2)`` (domain k: mode k % M): one
+    ``vmap``-ed draw over the seeds per mode (the numbers of a per-seed draw; JAX's random functions
+    under ``vmap`` draw each key's own numbers)."""
     import jax
 
     from .. import metadist
@@ -57,23 +59,31 @@ def _draw(seed: int, P: dict):
     M, K = P["M"], P["K_max"]
     modes = _modes(M, P["R"])
     per = -(-K // M)
-    means = np.empty((per, M, 2))
+    means = np.empty((len(seeds), per, M, 2))
     for m in range(M):
         md = metadist.contaminated(P["p"], P["alpha"], d=2, gamma=P["gamma"],
                                    direction=modes[m], mu_star=modes[m])
-        means[:, m] = np.asarray(md(jax.random.fold_in(jax.random.key(seed), m), per))
-    mu = means.reshape(-1, 2)[:K]  # domain k: mode k % M
+        keys = jax.vmap(lambda s, m=m: jax.random.fold_in(jax.random.key(s), m))(np.asarray(seeds))
+        means[:, :, m] = np.asarray(jax.vmap(lambda k, md=md: md(k, per))(keys))
+    return means.reshape(len(seeds), -1, 2)[:, :K]
+
+
+def _draw(seed: int, P: dict, mu: np.ndarray | None = None):
+    """``(X (K_max, n, 2), mode (K_max,), modes (M, 2))``; ``mu``: this seed's row of
+    :func:`_draw_means` (drawn here if not given)."""
+    K = P["K_max"]
+    mu = _draw_means([seed], P)[0] if mu is None else mu
     rng = np.random.default_rng([seed, 11])
     X = mu[:, None, :] + P["sigma"] * rng.normal(size=(K, P["n"], 2))
-    return X, np.arange(K) % M, modes
+    return X, np.arange(K) % P["M"], _modes(P["M"], P["R"])
 
 
-def _one_seed(seed: int, P: dict) -> dict:
+def _one_seed(seed: int, P: dict, mu: np.ndarray | None = None) -> dict:
     from scipy.optimize import linear_sum_assignment
 
     import poolsim
 
-    X, mode, modes = _draw(seed, P)
+    X, mode, modes = _draw(seed, P, mu)
     M, K0, taus = P["M"], P["K0"], [P["tau"]] * P["M"]
     xbar = X.mean(axis=1)
     sep = min(np.linalg.norm(modes[i] - modes[j]) for i in range(M) for j in range(i))
@@ -125,8 +135,9 @@ def compute(*, seeds: int, quick: bool, progress: Callable[[int], Any] | None = 
         raise ValueError(f"seeds must be >= 1, got {seeds!r}")
     S = progress_total(seeds, quick)
     runs = []
+    mus = _draw_means(np.arange(S), P)
     for s in range(S):
-        runs.append(_one_seed(s, P))
+        runs.append(_one_seed(s, P, mus[s]))
         if progress is not None:
             progress(1)
     base = dict(n_seeds=S, M=P["M"], tau=P["tau"], p=P["p"], alpha=P["alpha"], R=P["R"],
