@@ -25,7 +25,6 @@ from . import data as D
 from . import distributed as DD
 from ._io import write_json
 from ._method import HeadMethod, Method
-from .detector import CHECKPOINTS as CHECKPOINTS
 from .detector import Detector
 from .head import DEFAULT_SCORE, anomaly_maps, check_score, image_scores
 from .metrics import accumulate, entries
@@ -76,8 +75,8 @@ def score_batches(head, batches, forward, *, grid: int, size: int, device, amp=N
             "maps": np.concatenate(all_maps) if maps else None, "masks": np.concatenate(masks) if maps else None}
 
 
-def _metrics(detector, samples, *, batch_size: int, pixel: bool, progress: bool, desc: str,
-             smooth_sigma: float) -> tuple:
+def split_metrics(detector, samples, *, batch_size: int, pixel: bool, progress: bool, desc: str,
+                  smooth_sigma: float) -> tuple:
     """``(metrics.json entries, image scores (n,))`` of ``samples`` (``adsim.metrics``). Each batch goes
     into an ``Accumulator`` as it is scored, so no map of the whole split is held; under torchrun each
     rank streams its shard and the ranks' accumulators are merged (histograms of a fixed size)."""
@@ -168,8 +167,8 @@ def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", 
                                                     batch_size=batch_size)
     D.require_both_classes(samples, f"{target} test split")
     has_masks = target in D.MASKED
-    scored, image_scores_ = _metrics(detector, samples, batch_size=batch_size, pixel=has_masks,
-                                     progress=progress, desc=f"eval {target}", smooth_sigma=smooth_sigma)
+    scored, image_scores_ = split_metrics(detector, samples, batch_size=batch_size, pixel=has_masks,
+                                          progress=progress, desc=f"eval {target}", smooth_sigma=smooth_sigma)
     metrics = {"target": target, "n_images": len(samples),
                "n_anomalous": int(sum(s.label for s in samples)),
                "checkpoint": detector.info["checkpoint"], "select": cfg.select, "method": cfg.method,

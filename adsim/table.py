@@ -111,14 +111,14 @@ def evaluate_cell(detector, data, target: str, shots: int, *, shot_seed: int = 0
     F1-max, AUPRO, percent; streamed through :class:`adsim.metrics.Accumulator` as ``eval`` does, pixel
     maps Gaussian-smoothed with ``smooth_sigma``). ``shots > 0``: few-shot (:func:`adsim.fewshot.for_target`:
     shots from the target's ``valid`` normals, excluded from the scored images)."""
-    from .evaluate import _metrics
+    from .evaluate import split_metrics
     from .fewshot import for_target
 
     samples, info = D.list_split(data, target, "test"), {"shots": 0}
     if shots:
         detector, samples, info = for_target(detector, data, target, shots, seed=shot_seed, batch_size=batch_size)
     D.require_both_classes(samples, f"{target} test split")
-    scored, _ = _metrics(detector, samples, batch_size=batch_size, pixel=target in D.MASKED, progress=False,
+    scored, _ = split_metrics(detector, samples, batch_size=batch_size, pixel=target in D.MASKED, progress=False,
                          desc=f"{target} k={shots}", smooth_sigma=smooth_sigma)
     return {**scored, **info, "n_images": len(samples)}
 

@@ -229,11 +229,11 @@ def test_eval_metrics_merge_the_ranks_accumulators(monkeypatch, size):
     merged and the image scores come back in sample order; the result equals one process (oracle: the
     same function with world size 1). The collectives are replaced by the lists they would deliver."""
     E = importlib.import_module("adsim.evaluate")  # adsim.evaluate the attribute is the function
-    from adsim.evaluate import _metrics
+    from adsim.evaluate import split_metrics
     from adsim.metrics import Accumulator
     samples = list(range(9))
     kw = dict(batch_size=2, pixel=True, progress=False, desc="", smooth_sigma=0.0)
-    ref, ref_scores = _metrics(_FakeDetector(), samples, **kw)
+    ref, ref_scores = split_metrics(_FakeDetector(), samples, **kw)
     sent = {r: [] for r in range(size)}  # what each rank hands to each collective, in call order
 
     for r in range(size):  # each rank's share, with the collectives recording what they are handed
@@ -244,7 +244,7 @@ def test_eval_metrics_merge_the_ranks_accumulators(monkeypatch, size):
             m.setattr(DD, "gather_objects", lambda obj, r=r: (sent[r].append(copy.deepcopy(obj)), [obj])[1])
             m.setattr(Accumulator, "compute", lambda self: {})  # one rank's share may hold one class only
             m.setattr(E, "entries", lambda *a: {})
-            _metrics(_FakeDetector(), samples, **kw)
+            split_metrics(_FakeDetector(), samples, **kw)
     call = iter(range(len(sent[0])))
 
     def replay(parts, obj):
@@ -253,7 +253,7 @@ def test_eval_metrics_merge_the_ranks_accumulators(monkeypatch, size):
 
     monkeypatch.setattr(DD, "world", lambda: DD.World(0, size, 0))
     monkeypatch.setattr(DD.dist, "all_gather_object", replay)
-    got, scores = _metrics(_FakeDetector(), samples, **kw)
+    got, scores = split_metrics(_FakeDetector(), samples, **kw)
     np.testing.assert_array_equal(scores, ref_scores)
     for k in ("image_auc", "image_ap", "image_f1max"):  # exact on the same scores, in another order
         assert got[k] == pytest.approx(ref[k], abs=1e-9), k
