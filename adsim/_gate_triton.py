@@ -49,6 +49,9 @@ import triton.language as tl
 
 METRIC_IDS = {"l2": 0, "cosine": 1, "geodesic": 2}
 MAX_D = 1024  # one (2, BLOCK_D) register tile per program; ViT-L's width is 768
+KERNELS = ("auto", "chords", "dots")
+DOTS_STAGES = 3  # the dots kernel's loads run 2 steps ahead (cp.async pipelining on sm_80+)
+DEFAULT_KERNEL = "chords"  # neither kernel is timed on a GPU yet: the first one stays until a benchmark decides
 
 
 class Decisions(NamedTuple):
@@ -179,6 +182,106 @@ def _gate_kernel(f_ptr, lab_ptr, c_ptr, init_ptr, acc_ptr, r_ptr, c_out_ptr, n, 
     tl.store(c_out_ptr + s * 2 * d + tile, c, mask=tmask)
 
 
+@triton.jit
+def _closeness_key(ff, cc, fc, METRIC: tl.constexpr):
+    """A scalar that orders like the core's distance of ``f`` to ``c`` (strictly increasing in it), from
+    ``ff = f.f, cc = c.c, fc = f.c``: l2 ``sqrt(max(ff + cc - 2 fc, 0))``, cosine ``1 - cos``, geodesic
+    ``-cos`` (module docstring), with ``cos = clip(fc / sqrt(ff cc), -1, 1)`` and a zero norm read as 1."""
+    if METRIC == 0:
+        key = tl.sqrt_rn(tl.maximum(ff + cc - 2.0 * fc, 0.0))
+    else:
+        cos = tl.div_rn(fc, tl.sqrt_rn(tl.where(ff > 0, ff, 1.0) * tl.where(cc > 0, cc, 1.0)))
+        cos = tl.minimum(tl.maximum(cos, -1.0), 1.0)
+        key = 1.0 - cos if METRIC == 1 else -cos
+    return key
+
+
+@triton.jit
+def _centroid_scale(cc, unit):
+    """``g`` with ``g c`` the core's centroid: 1 for the start centroid, ``1 / ||c||`` once the kernel
+    has moved it (its stored norm is off by the rounding of ``r``; module docstring)."""
+    return tl.where((unit > 0) & (cc > 0), tl.div_rn(1.0, tl.sqrt_rn(tl.where(cc > 0, cc, 1.0))), 1.0)
+
+
+@triton.jit
+def _ema_move(c, f, g, cc, fc, ff, a, alpha, beta):
+    """``_core.ema_update`` of ``g c`` (``cc, fc``: its dot products) where ``a > 0``: returns the new
+    ``c = (alpha g c + beta f) / r`` and ``r = sqrt(max(||alpha g c + beta f||^2, 0))`` from the dot
+    products; ``r = 0``: the EMA's 0/0, ``c`` stays."""
+    r2 = alpha * alpha * cc + beta * beta * ff + 2.0 * alpha * beta * fc
+    r = tl.where(r2 > 0, tl.sqrt_rn(tl.where(r2 > 0, r2, 1.0)), 0.0)
+    if (a > 0) & (r > 0):  # a branch: at most one of the two centroids moves per labelled feature
+        c = tl.div_rn(alpha * g, r) * c + tl.div_rn(beta, r) * f
+    return c, r
+
+
+@triton.jit
+def _dots_kernel(f_ptr, lab_ptr, c_ptr, init_ptr, acc_ptr, r_ptr, c_out_ptr, n, d, alpha, beta, tau_key,
+                 METRIC: tl.constexpr, FIXED_TAU: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr):
+    """The EMA gate from dot products (module docstring). Program ``s`` = slot ``s``; arguments as
+    :func:`_gate_kernel` (``r`` must be zero on entry: only moves write it). The two centroids are
+    two ``(BLOCK_D,)`` vectors ``c0`` (normal) and ``c1`` (anomaly); everything else is scalar."""
+    s = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    cmask = cols < d
+    c0 = tl.load(c_ptr + s * 2 * d + cols, mask=cmask, other=0.0)   # masked lanes stay 0
+    c1 = tl.load(c_ptr + s * 2 * d + d + cols, mask=cmask, other=0.0)
+    init0 = tl.load(init_ptr + s * 2)
+    init1 = tl.load(init_ptr + s * 2 + 1)
+    unit0 = init0 * 0.0  # 1 once the kernel moved the centroid
+    unit1 = unit0
+    pend0 = unit0 > 0    # the previous step moved the centroid: its r is written at this step
+    pend1 = pend0
+    rp0 = unit0          # that move's r from the dot products
+    rp1 = unit0
+    f_row = f_ptr + s * n * d
+    acc_row = acc_ptr + s * 2 * n
+    r_row = r_ptr + s * 2 * n
+    # the loads do not depend on the decisions: Triton's pipeliner issues them STAGES - 1 steps ahead
+    for j in tl.range(0, n, num_stages=STAGES):
+        f = tl.load(f_row + j * d + cols, mask=cmask, other=0.0)
+        lab0 = tl.load(lab_ptr + 2 * j)
+        lab1 = tl.load(lab_ptr + 2 * j + 1)
+        # the step's one reduction: f.f, c0.c0, f.c0, c1.c1, f.c1
+        sums = tl.sum(tl.join(tl.join(c0 * c0, f * c0), tl.join(c1 * c1, f * c1)), axis=0)
+        ff = tl.sum(f * f, axis=0)
+        row0, row1 = tl.split(sums)   # join(x, y)[..., 0] = x: row0 = (c0.c0, f.c0), row1 = (c1.c1, f.c1)
+        cc0, fc0 = tl.split(row0)
+        cc1, fc1 = tl.split(row1)
+        # the previous step's move, if any: its exact normaliser is r ||c_new|| (module docstring)
+        tl.store(r_row + j - 1, rp0 * tl.sqrt_rn(cc0), mask=pend0)
+        tl.store(r_row + n + j - 1, rp1 * tl.sqrt_rn(cc1), mask=pend1)
+        g0 = _centroid_scale(cc0, unit0)
+        g1 = _centroid_scale(cc1, unit1)
+        cc0, fc0, cc1, fc1 = cc0 * g0 * g0, fc0 * g0, cc1 * g1 * g1, fc1 * g1
+        # matching._decide on the ordering keys
+        k0 = _closeness_key(ff, cc0, fc0, METRIC)
+        k1 = _closeness_key(ff, cc1, fc1, METRIC)
+        if FIXED_TAU:
+            ok0 = k0 < tau_key
+            ok1 = k1 < tau_key
+        else:
+            ok0 = (k0 < k1) | (init1 <= 0)   # an uninitialised other centroid is infinitely far
+            ok1 = (k1 < k0) | (init0 <= 0)
+        a0 = tl.where(ok0 | (init0 <= 0), lab0, 0.0)  # an uninitialised own centroid accepts
+        a1 = tl.where(ok1 | (init1 <= 0), lab1, 0.0)
+        c0, rp0 = _ema_move(c0, f, g0, cc0, fc0, ff, a0, alpha, beta)
+        c1, rp1 = _ema_move(c1, f, g1, cc1, fc1, ff, a1, alpha, beta)
+        pend0 = (a0 > 0) & (rp0 > 0)
+        pend1 = (a1 > 0) & (rp1 > 0)
+        unit0 = tl.where(pend0, 1.0, unit0)
+        unit1 = tl.where(pend1, 1.0, unit1)
+        init0 = tl.maximum(init0, a0)
+        init1 = tl.maximum(init1, a1)
+        tl.store(acc_row + j, a0)
+        tl.store(acc_row + n + j, a1)
+    cc0, cc1 = tl.split(tl.sum(tl.join(c0 * c0, c1 * c1), axis=0))  # the last move's r, the final centroids
+    tl.store(r_row + n - 1, rp0 * tl.sqrt_rn(cc0), mask=pend0)
+    tl.store(r_row + 2 * n - 1, rp1 * tl.sqrt_rn(cc1), mask=pend1)
+    tl.store(c_out_ptr + s * 2 * d + cols, c0 * _centroid_scale(cc0, unit0), mask=cmask)
+    tl.store(c_out_ptr + s * 2 * d + d + cols, c1 * _centroid_scale(cc1, unit1), mask=cmask)
+
+
 def _tau_half_angle(tau: float) -> tuple[float, float]:
     """``(sin, cos)`` of ``tau / 2`` for the geodesic radius test ``y cos < x sin`` (module docstring);
     ``tau/2 > pi/2`` -> ``(1, -1)`` (always inside), ``tau <= 0`` -> ``(0, 1)`` (never)."""
@@ -190,19 +293,36 @@ def _tau_half_angle(tau: float) -> tuple[float, float]:
     return math.sin(half), math.cos(half)
 
 
+def _tau_key(metric: str, tau: float) -> float:
+    """The fixed radius on :func:`_closeness_key`'s scale: ``tau`` (l2, cosine) or ``-cos(tau)``
+    (geodesic; ``tau > pi``: 2, always inside, since ``-cos <= 1``; ``tau <= 0``: -2, never)."""
+    if metric != "geodesic":
+        return tau
+    return -2.0 if tau <= 0.0 else 2.0 if tau > math.pi else -math.cos(tau)
+
+
 def gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric: str, alpha: float,
-                   update: str = "ema", tau: float | None = None, num_warps: int | None = None) -> Decisions:
+                   update: str = "ema", tau: float | None = None, num_warps: int | None = None,
+                   kernel: str = DEFAULT_KERNEL) -> Decisions:
     """Algorithm 1's decisions for ``S`` slots in one kernel launch (no gradient).
 
     Shapes and meaning as ``matching._scan_decisions``: ``f: (S, n, d)`` unit features (float32),
     ``is_pos, is_neg: (n,)`` 0/1, ``c_*: (S, d)``, ``init_*: (S,)``; ``d <= MAX_D``. The tensors must be
     on a CUDA device, or on the CPU with Triton in interpreter mode (:func:`interpreted`).
-    ``num_warps``: warps per program (default: 1 per 256 lanes of ``BLOCK_D``, at least 1, at most 8).
+    ``kernel``: one of :data:`KERNELS` (module docstring): ``"chords"`` (default), ``"dots"`` (EMA
+    only), ``"auto"`` (dots for the EMA, chords for slerp). ``num_warps``: warps per program (default:
+    chords 1 per 256 lanes of ``BLOCK_D``, at least 1, at most 8; dots 1).
     """
     if metric not in METRIC_IDS:
         raise ValueError(f"metric must be one of {tuple(METRIC_IDS)}, got {metric!r}")
     if update not in ("ema", "slerp"):
         raise ValueError(f"centroid update must be one of ('ema', 'slerp'), got {update!r}")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if kernel == "auto":
+        kernel = "dots" if update == "ema" else "chords"
+    if kernel == "dots" and update != "ema":
+        raise ValueError("kernel='dots' implements the EMA update only; use 'chords' or 'auto' for slerp")
     S, n, d = f.shape
     if not 1 <= d <= MAX_D:
         raise ValueError(f"the Triton gate takes feature width d in [1, {MAX_D}], got {d}")
@@ -221,7 +341,14 @@ def gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metri
         c_out = cents.clone()
         block = triton.next_power_of_2(d)
         tau_sin, tau_cos = _tau_half_angle(float(tau)) if tau is not None else (0.0, 1.0)
-        if S > 0:
+        fixed = tau is not None
+        if S > 0 and kernel == "dots":
+            with torch.cuda.device(f.device) if on_cuda else _nullcontext():
+                _dots_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha),
+                                   1.0 - float(alpha), _tau_key(metric, float(tau)) if fixed else 0.0,
+                                   METRIC=METRIC_IDS[metric], FIXED_TAU=fixed, BLOCK_D=block, STAGES=DOTS_STAGES,
+                                   num_warps=num_warps or 1)  # FMA contraction on (module docstring)
+        elif S > 0:
             with torch.cuda.device(f.device) if on_cuda else _nullcontext():  # launch on the tensors' GPU
                 _gate_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha), 1.0 - float(alpha),
                                    0.0 if tau is None else float(tau), tau_sin, tau_cos, METRIC=METRIC_IDS[metric],
