@@ -1,20 +1,37 @@
-"""Algorithm 1's exact sequential gate as one fused Triton kernel (issue 12, item 2).
+"""Algorithm 1's exact sequential gate as one fused Triton kernel, in two variants (issue 12, item 2).
 
 :func:`gate_decisions` returns what ``matching._scan_decisions`` (a ``jax.lax.scan``) returns -- the
 0/1 decisions and the EMA normalisers of every feature, for ``S`` slots -- from ONE kernel launch:
 one program (thread block) per slot loops over the slot's ``n`` features in order and keeps the slot's
-two centroids (normal, anomaly) in registers as one ``(2, BLOCK_D)`` tile. The JAX scan on a GPU is
-launch-bound (~12 us per dependent step, ``benchmarks/RESULTS.md``); here a step costs no launch and
-one to three block-wide reductions (the sums a step needs are batched into one reduction of a joined
-tile where they do not depend on each other: l2 with the EMA one, the other EMA gates two, slerp one
-more). Not measured on a GPU yet (``benchmarks/gpu_adsim.py`` has the row). Compiled for sm_90 at
-``d = 768`` (``BLOCK_D = 1024``, 4 warps): 80-128 registers per thread, no spills with the EMA (ptxas).
+two centroids (normal, anomaly) in registers. The JAX scan on a GPU is launch-bound (~12 us per
+dependent step, ``benchmarks/RESULTS.md``); here a step costs no launch, only its arithmetic and its
+reductions. Issue 12's target (the 8 slots of a ViT-L step, n = 4624, within 5% of the step) is
+~1.3 us per step. Two kernels (``kernel=``; neither is timed on a GPU yet, ``benchmarks/gpu_adsim.py``
+has the rows):
 
-Formulas: those of ``poolsim._core`` step by step (``normalize``, ``safe_norm``, ``distance``,
-``ema_update``, ``slerp_update``, the gate of ``matching._decide``), with IEEE-rounded division and
-square root (``div_rn``/``sqrt_rn``, as torch and JAX compute them) so that values agree with the JAX
-scan and the literal loop to rounding (the sums are reduced in another order). Two places differ from
-the literal formulas, both order-preserving:
+* ``"chords"`` (:func:`_gate_kernel`, the default: the first kernel, kept until a benchmark says
+  otherwise). The core's formulas step by step, EMA and slerp: per step one to three block-wide
+  reductions of a joined ``(2, BLOCK_D, 2, 2)`` tile (l2 with the EMA one, the other EMA gates two,
+  slerp one more) and elementwise IEEE divisions. sm_90, ``d = 768`` (``BLOCK_D = 1024``), 4 warps:
+  80-128 registers, no spills with the EMA; at 1 warp the geodesic gate spills (ptxas).
+* ``"dots"`` (:func:`_dots_kernel`, EMA only). Per step ONE reduction of ``c+.c+, c-.c-, f.c+, f.c-``
+  (``f.f``, which does not depend on the centroids, is a second ``tl.sum`` beside it: two sums of
+  ``(BLOCK_D,)``-wide operands instead of one padded 8-wide tile), everything else scalar, and the
+  update ``c <- (alpha g / r) c + (beta / r) f`` only for a centroid that moves (a branch). One warp
+  by default: a warp reduction is shuffles without block synchronisation; the feature loads run two
+  steps ahead (Triton's pipeliner, ``DOTS_STAGES``). sm_90 at ``d = 768``: 138-142 registers at 1
+  warp, 93 at 2, 64-66 at 4, no spills (``tests/adsim/test_adsim_gate_triton.py`` checks 1, 2, 4);
+  its loop body is ~840 SASS instructions at 1 warp (both update branches and the division slow
+  paths included) against ~1400 per warp at 4 warps, plus barriers, for the chords kernel's geodesic
+  EMA gate (counted with nvdisasm, not timed). Compiled with FMA contraction (the chords kernel
+  without: its values follow torch's separate roundings).
+  ``"auto"`` picks dots for the EMA, chords for slerp.
+
+Chords kernel formulas: those of ``poolsim._core`` step by step (``normalize``, ``safe_norm``,
+``distance``, ``ema_update``, ``slerp_update``, the gate of ``matching._decide``), with IEEE-rounded
+division and square root (``div_rn``/``sqrt_rn``, as torch and JAX compute them) so that values agree
+with the JAX scan and the literal loop to rounding (the sums are reduced in another order). Two places
+differ from the literal formulas, both order-preserving:
 
 * **Geodesic gate.** The core's angle is ``2 atan2(y, x)`` with chords ``y = ||u - v||``,
   ``x = ||u + v||`` of the normalised vectors (``chord_angle``; ``y = x = 0`` read as ``(1, 1)``). For
@@ -31,7 +48,46 @@ the literal formulas, both order-preserving:
   next decisions see, at rounding level; the returned centroids of ``match_sequential`` are replayed
   in torch (``slerp_trajectory``).
 
-Interpreted vs compiled: the kernel is an ordinary ``@triton.jit`` function, compiled for CUDA
+Dots kernel formulas, from ``ff = f.f``, ``cc = c.c``, ``fc = f.c`` of the raw vectors (``c = 0``:
+uninitialised). The gate compares a key that is strictly increasing in the core's distance
+(:func:`_closeness_key`), against the other centroid's key or the radius on the same scale
+(:func:`_tau_key`), with ``cos = clip(fc / sqrt(ff' cc'), -1, 1)``, a zero squared norm read as 1 (so
+``cos = 0`` when either vector is zero, ``_core.cosine_similarity``'s convention):
+
+* l2: ``sqrt(max(ff + cc - 2 fc, 0))``; cosine: ``1 - cos``, as the core.
+* Geodesic: ``-cos``. For unit ``u, v`` the core's ``2 atan2(||u - v||, ||u + v||)`` is ``arccos(u.v)``
+  (``||u -+ v||^2 = 2 -+ 2 cos``, ``tan(t/2) = sqrt((1 - cos) / (1 + cos))``); a zero vector gives
+  chords ``(1, 1)`` (both zero: read as ``(1, 1)``, ``chord_angle``), i.e. ``pi/2 = arccos(0)``. arccos
+  is strictly decreasing on ``[-1, 1]``, so ``angle_own < angle_other`` iff ``cos_own > cos_other``; the
+  clip is non-decreasing, so it can only turn a strict inequality into a tie where both cosines round
+  beyond +-1 (both angles within rounding of 0, or of pi). Fixed ``tau``: ``angle < tau`` iff ``cos >
+  cos(tau)`` for ``0 < tau <= pi`` (arccos maps ``[-1, 1]`` onto ``[0, pi]``); ``tau > pi``: always
+  (key 2 > ``-cos``), ``tau <= 0``: never (key -2).
+* EMA: with ``c* = g c`` the core's centroid (``g = 1`` for the start centroid), ``r^2 = alpha^2 c*.c*
+  + beta^2 ff + 2 alpha beta f.c*`` (clamped at 0; ``r = 0``: the centroid stays, as
+  ``_core.ema_update``'s 0/0) and ``c' = (alpha c* + beta f) / r``.
+
+Rounding. A sum of products is one thread's ``k = BLOCK_D / (32 warps)`` terms and then a tree, so
+``|error| <= gamma sum |x_i y_i|`` with ``gamma ~ (k + log2(32 warps)) u`` (``u = 2^-24``; ``d = 768`` at
+1 warp: ``gamma ~ 37 u ~ 2.2e-6``, typical errors far smaller). Cosines are thus off by ``~gamma``: the
+decisions equal the literal loop's except where the two cosines (or ``cos`` and ``cos(tau)``) agree to
+``~2 gamma``, i.e. angles within ``~2 gamma / sin(angle)`` (within ``~sqrt(4 gamma) ~ 3e-3`` rad of 0 or
+pi, where the chords kernel resolves ``~gamma``). l2: ``|error of ff + cc - 2 fc| <= gamma (||f|| +
+||c||)^2 ~ 4 gamma``: squared distances that agree to ``~1e-5`` are ties, and a fixed l2 radius below
+``~3e-3`` is decided at rounding level (use the chords kernel there). ``r`` is NOT taken from the dot
+products, whose error ``gamma (alpha ||c|| + beta ||f||)^2`` is unbounded relative to ``r^2`` where
+``alpha c + beta f`` nearly cancels (near-antipodal at ``alpha = 1/2``): the moved centroid ``c'`` has the
+core's direction (to rounding) and norm ``||alpha c* + beta f|| / r``, and its ``c'.c'`` is in the next
+step's reduction anyway, so the kernel writes ``r ||c'||`` one step later (the last step: one extra
+reduction) -- the core's normaliser to the accuracy of a sum of squares -- and reads the moved
+centroid as ``c* = c' / ||c'||`` (``g = 1 / ||c'||``, :func:`_centroid_scale`). On the tests' data ``r``
+agrees with the JAX scan to < 4e-7 relative; a feature 0.01 rad from antipodal is 4.8e-4 off without
+the correction. What remains: where ``||alpha c* + beta f||^2`` is within ``~gamma`` of 0, ``r^2`` from
+the dots may round to ``<= 0`` (the kernel keeps the centroid where the core moves it along the tiny
+sum) or, for bitwise antipodal inputs whose dot products do not cancel exactly, to ``> 0`` (the kernel
+moves the centroid along rounding noise where the core keeps it).
+
+Interpreted vs compiled: the kernels are ordinary ``@triton.jit`` functions, compiled for CUDA
 tensors. With ``TRITON_INTERPRET=1`` set before ``triton`` is first imported, Triton builds every
 ``@triton.jit`` function (its own ``tl.sum`` too) as an interpreted function that runs on CPU tensors
 with NumPy: that is how the CPU tests run it, in a child process so that no other code in the test
@@ -301,6 +357,12 @@ def _tau_key(metric: str, tau: float) -> float:
     return -2.0 if tau <= 0.0 else 2.0 if tau > math.pi else -math.cos(tau)
 
 
+def default_num_warps(kernel: str, d: int) -> int:
+    """Warps per program unless ``num_warps`` is given: dots 1; chords 1 per 256 lanes of its tile
+    (``next_power_of_2(d)``), at least 1, at most 8 (4 at ViT-L's ``d = 768``)."""
+    return 1 if kernel == "dots" else min(8, max(1, triton.next_power_of_2(d) // 256))
+
+
 def gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric: str, alpha: float,
                    update: str = "ema", tau: float | None = None, num_warps: int | None = None,
                    kernel: str = DEFAULT_KERNEL) -> Decisions:
@@ -311,7 +373,7 @@ def gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metri
     on a CUDA device, or on the CPU with Triton in interpreter mode (:func:`interpreted`).
     ``kernel``: one of :data:`KERNELS` (module docstring): ``"chords"`` (default), ``"dots"`` (EMA
     only), ``"auto"`` (dots for the EMA, chords for slerp). ``num_warps``: warps per program (default:
-    chords 1 per 256 lanes of ``BLOCK_D``, at least 1, at most 8; dots 1).
+    :func:`default_num_warps`).
     """
     if metric not in METRIC_IDS:
         raise ValueError(f"metric must be one of {tuple(METRIC_IDS)}, got {metric!r}")
@@ -339,20 +401,17 @@ def gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metri
         acc = torch.zeros(S, 2, n, device=f.device)
         r = torch.zeros(S, 2, n, device=f.device)
         c_out = cents.clone()
-        block = triton.next_power_of_2(d)
-        tau_sin, tau_cos = _tau_half_angle(float(tau)) if tau is not None else (0.0, 1.0)
-        fixed = tau is not None
-        if S > 0 and kernel == "dots":
-            with torch.cuda.device(f.device) if on_cuda else _nullcontext():
-                _dots_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha),
-                                   1.0 - float(alpha), _tau_key(metric, float(tau)) if fixed else 0.0,
-                                   METRIC=METRIC_IDS[metric], FIXED_TAU=fixed, BLOCK_D=block, STAGES=DOTS_STAGES,
-                                   num_warps=num_warps or 1)  # FMA contraction on (module docstring)
-        elif S > 0:
+        block, fixed, warps = triton.next_power_of_2(d), tau is not None, num_warps or default_num_warps(kernel, d)
+        if S > 0:
             with torch.cuda.device(f.device) if on_cuda else _nullcontext():  # launch on the tensors' GPU
-                _gate_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha), 1.0 - float(alpha),
-                                   0.0 if tau is None else float(tau), tau_sin, tau_cos, METRIC=METRIC_IDS[metric],
-                                   FIXED_TAU=tau is not None, SLERP=update == "slerp", BLOCK_D=block,
-                                   num_warps=num_warps or min(8, max(1, block // 256)),
-                                   enable_fp_fusion=False)  # separate roundings of a*c + b*f, like torch and JAX
+                if kernel == "dots":  # compiled with FMA contraction (module docstring)
+                    _dots_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha), 1.0 - float(alpha),
+                                       _tau_key(metric, float(tau)) if fixed else 0.0, METRIC=METRIC_IDS[metric],
+                                       FIXED_TAU=fixed, BLOCK_D=block, STAGES=DOTS_STAGES, num_warps=warps)
+                else:
+                    tau_sin, tau_cos = _tau_half_angle(float(tau)) if fixed else (0.0, 1.0)
+                    _gate_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha), 1.0 - float(alpha),
+                                       float(tau) if fixed else 0.0, tau_sin, tau_cos, METRIC=METRIC_IDS[metric],
+                                       FIXED_TAU=fixed, SLERP=update == "slerp", BLOCK_D=block, num_warps=warps,
+                                       enable_fp_fusion=False)  # separate roundings of a*c + b*f, like torch, JAX
     return Decisions(acc[:, 0], acc[:, 1], r[:, 0], r[:, 1], c_out[:, 0], c_out[:, 1])

@@ -255,7 +255,8 @@ def test_dots_kernel_fits_its_warps_without_spills(num_warps, monkeypatch, capsy
     sig = {k: "*fp32" for k in ("f_ptr", "lab_ptr", "c_ptr", "init_ptr", "acc_ptr", "r_ptr", "c_out_ptr")}
     sig.update(n="i32", d="i32", alpha="fp32", beta="fp32", tau_key="fp32")
     const = dict(METRIC=2, FIXED_TAU=False, BLOCK_D=1024, STAGES=_gate_triton.DOTS_STAGES)
-    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k, v in sig.items() if v == "*fp32" or k in ("n", "d")}
+    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]]
+             for k, v in sig.items() if v == "*fp32" or k in ("n", "d")}
     src = ASTSource(fn=fn, signature={**sig, **{k: "constexpr" for k in const}}, constexprs=const, attrs=attrs)
     try:
         triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
