@@ -298,7 +298,7 @@ def _dots_kernel(f_ptr, lab_ptr, c_ptr, init_ptr, acc_ptr, r_ptr, c_out_ptr, n, 
         f = tl.load(f_row + j * d + cols, mask=cmask, other=0.0)
         lab0 = tl.load(lab_ptr + 2 * j)
         lab1 = tl.load(lab_ptr + 2 * j + 1)
-        # the step's one reduction: f.f, c0.c0, f.c0, c1.c1, f.c1
+        # the step's one reduction of c0.c0, f.c0, c1.c1, f.c1, and f.f beside it (module docstring)
         sums = tl.sum(tl.join(tl.join(c0 * c0, f * c0), tl.join(c1 * c1, f * c1)), axis=0)
         ff = tl.sum(f * f, axis=0)
         row0, row1 = tl.split(sums)   # join(x, y)[..., 0] = x: row0 = (c0.c0, f.c0), row1 = (c1.c1, f.c1)
