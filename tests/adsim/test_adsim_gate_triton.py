@@ -9,8 +9,11 @@ must not happen in this session). Compared: identical 0/1 decisions, the EMA nor
 ``match_sequential(scan_backend="triton")`` like the loop's (centroids within 1e-5, as for the JAX
 path). Every metric x {adaptive, fixed radius} x {EMA, slerp}, slots with both / one / no centroid
 initialised, clustered data so that the gate accepts and rejects; plus a ViT-L width (d = 768 in a
-1024-lane tile) and edge features (antipodal, identical, zero). A compile check builds the kernel for
-an H100/H200 (sm_90) with Triton's real compiler, which needs no GPU.
+1024-lane tile) and edge features (antipodal, identical, zero, near-antipodal). The same for the
+second kernel, ``kernel="dots"`` (EMA only; cases named ``...-dots``): every metric x gate at both
+widths and the edge features, its ``r`` within 1e-6 *relative* of the scan's. Compile checks build the
+kernels for an H100/H200 (sm_90) with Triton's real compiler, which needs no GPU (the dots kernel:
+no spills at 1, 2 and 4 warps).
 """
 import os
 import subprocess
