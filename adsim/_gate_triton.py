@@ -1,20 +1,37 @@
-"""Algorithm 1's exact sequential gate as one fused Triton kernel (issue 12, item 2).
+"""Algorithm 1's exact sequential gate as one fused Triton kernel, in two variants (issue 12, item 2).
 
 :func:`gate_decisions` returns what ``matching._scan_decisions`` (a ``jax.lax.scan``) returns -- the
 0/1 decisions and the EMA normalisers of every feature, for ``S`` slots -- from ONE kernel launch:
 one program (thread block) per slot loops over the slot's ``n`` features in order and keeps the slot's
-two centroids (normal, anomaly) in registers as one ``(2, BLOCK_D)`` tile. The JAX scan on a GPU is
-launch-bound (~12 us per dependent step, ``benchmarks/RESULTS.md``); here a step costs no launch and
-one to three block-wide reductions (the sums a step needs are batched into one reduction of a joined
-tile where they do not depend on each other: l2 with the EMA one, the other EMA gates two, slerp one
-more). Not measured on a GPU yet (``benchmarks/gpu_adsim.py`` has the row). Compiled for sm_90 at
-``d = 768`` (``BLOCK_D = 1024``, 4 warps): 80-128 registers per thread, no spills with the EMA (ptxas).
+two centroids (normal, anomaly) in registers. The JAX scan on a GPU is launch-bound (~12 us per
+dependent step, ``benchmarks/RESULTS.md``); here a step costs no launch, only its arithmetic and its
+reductions. Issue 12's target (the 8 slots of a ViT-L step, n = 4624, within 5% of the step) is
+~1.3 us per step. Two kernels (``kernel=``; neither is timed on a GPU yet, ``benchmarks/gpu_adsim.py``
+has the rows):
 
-Formulas: those of ``poolsim._core`` step by step (``normalize``, ``safe_norm``, ``distance``,
-``ema_update``, ``slerp_update``, the gate of ``matching._decide``), with IEEE-rounded division and
-square root (``div_rn``/``sqrt_rn``, as torch and JAX compute them) so that values agree with the JAX
-scan and the literal loop to rounding (the sums are reduced in another order). Two places differ from
-the literal formulas, both order-preserving:
+* ``"chords"`` (:func:`_gate_kernel`, the default: the first kernel, kept until a benchmark says
+  otherwise). The core's formulas step by step, EMA and slerp: per step one to three block-wide
+  reductions of a joined ``(2, BLOCK_D, 2, 2)`` tile (l2 with the EMA one, the other EMA gates two,
+  slerp one more) and elementwise IEEE divisions. sm_90, ``d = 768`` (``BLOCK_D = 1024``), 4 warps:
+  80-128 registers, no spills with the EMA; at 1 warp the geodesic gate spills (ptxas).
+* ``"dots"`` (:func:`_dots_kernel`, EMA only). Per step ONE reduction of ``c+.c+, c-.c-, f.c+, f.c-``
+  (``f.f``, which does not depend on the centroids, is a second ``tl.sum`` beside it: two sums of
+  ``(BLOCK_D,)``-wide operands instead of one padded 8-wide tile), everything else scalar, and the
+  update ``c <- (alpha g / r) c + (beta / r) f`` only for a centroid that moves (a branch). One warp
+  by default: a warp reduction is shuffles without block synchronisation; the feature loads run two
+  steps ahead (Triton's pipeliner, ``DOTS_STAGES``). sm_90 at ``d = 768``: 138-142 registers at 1
+  warp, 93 at 2, 64-66 at 4, no spills (``tests/adsim/test_adsim_gate_triton.py`` checks 1, 2, 4);
+  its loop body is ~840 SASS instructions at 1 warp (both update branches and the division slow
+  paths included) against ~1400 per warp at 4 warps, plus barriers, for the chords kernel's geodesic
+  EMA gate (counted with nvdisasm, not timed). Compiled with FMA contraction (the chords kernel
+  without: its values follow torch's separate roundings).
+  ``"auto"`` picks dots for the EMA, chords for slerp.
+
+Chords kernel formulas: those of ``poolsim._core`` step by step (``normalize``, ``safe_norm``,
+``distance``, ``ema_update``, ``slerp_update``, the gate of ``matching._decide``), with IEEE-rounded
+division and square root (``div_rn``/``sqrt_rn``, as torch and JAX compute them) so that values agree
+with the JAX scan and the literal loop to rounding (the sums are reduced in another order). Two places
+differ from the literal formulas, both order-preserving:
 
 * **Geodesic gate.** The core's angle is ``2 atan2(y, x)`` with chords ``y = ||u - v||``,
   ``x = ||u + v||`` of the normalised vectors (``chord_angle``; ``y = x = 0`` read as ``(1, 1)``). For
@@ -31,7 +48,46 @@ the literal formulas, both order-preserving:
   next decisions see, at rounding level; the returned centroids of ``match_sequential`` are replayed
   in torch (``slerp_trajectory``).
 
-Interpreted vs compiled: the kernel is an ordinary ``@triton.jit`` function, compiled for CUDA
+Dots kernel formulas, from ``ff = f.f``, ``cc = c.c``, ``fc = f.c`` of the raw vectors (``c = 0``:
+uninitialised). The gate compares a key that is strictly increasing in the core's distance
+(:func:`_closeness_key`), against the other centroid's key or the radius on the same scale
+(:func:`_tau_key`), with ``cos = clip(fc / sqrt(ff' cc'), -1, 1)``, a zero squared norm read as 1 (so
+``cos = 0`` when either vector is zero, ``_core.cosine_similarity``'s convention):
+
+* l2: ``sqrt(max(ff + cc - 2 fc, 0))``; cosine: ``1 - cos``, as the core.
+* Geodesic: ``-cos``. For unit ``u, v`` the core's ``2 atan2(||u - v||, ||u + v||)`` is ``arccos(u.v)``
+  (``||u -+ v||^2 = 2 -+ 2 cos``, ``tan(t/2) = sqrt((1 - cos) / (1 + cos))``); a zero vector gives
+  chords ``(1, 1)`` (both zero: read as ``(1, 1)``, ``chord_angle``), i.e. ``pi/2 = arccos(0)``. arccos
+  is strictly decreasing on ``[-1, 1]``, so ``angle_own < angle_other`` iff ``cos_own > cos_other``; the
+  clip is non-decreasing, so it can only turn a strict inequality into a tie where both cosines round
+  beyond +-1 (both angles within rounding of 0, or of pi). Fixed ``tau``: ``angle < tau`` iff ``cos >
+  cos(tau)`` for ``0 < tau <= pi`` (arccos maps ``[-1, 1]`` onto ``[0, pi]``); ``tau > pi``: always
+  (key 2 > ``-cos``), ``tau <= 0``: never (key -2).
+* EMA: with ``c* = g c`` the core's centroid (``g = 1`` for the start centroid), ``r^2 = alpha^2 c*.c*
+  + beta^2 ff + 2 alpha beta f.c*`` (clamped at 0; ``r = 0``: the centroid stays, as
+  ``_core.ema_update``'s 0/0) and ``c' = (alpha c* + beta f) / r``.
+
+Rounding. A sum of products is one thread's ``k = BLOCK_D / (32 warps)`` terms and then a tree, so
+``|error| <= gamma sum |x_i y_i|`` with ``gamma ~ (k + log2(32 warps)) u`` (``u = 2^-24``; ``d = 768`` at
+1 warp: ``gamma ~ 37 u ~ 2.2e-6``, typical errors far smaller). Cosines are thus off by ``~gamma``: the
+decisions equal the literal loop's except where the two cosines (or ``cos`` and ``cos(tau)``) agree to
+``~2 gamma``, i.e. angles within ``~2 gamma / sin(angle)`` (within ``~sqrt(4 gamma) ~ 3e-3`` rad of 0 or
+pi, where the chords kernel resolves ``~gamma``). l2: ``|error of ff + cc - 2 fc| <= gamma (||f|| +
+||c||)^2 ~ 4 gamma``: squared distances that agree to ``~1e-5`` are ties, and a fixed l2 radius below
+``~3e-3`` is decided at rounding level (use the chords kernel there). ``r`` is NOT taken from the dot
+products, whose error ``gamma (alpha ||c|| + beta ||f||)^2`` is unbounded relative to ``r^2`` where
+``alpha c + beta f`` nearly cancels (near-antipodal at ``alpha = 1/2``): the moved centroid ``c'`` has the
+core's direction (to rounding) and norm ``||alpha c* + beta f|| / r``, and its ``c'.c'`` is in the next
+step's reduction anyway, so the kernel writes ``r ||c'||`` one step later (the last step: one extra
+reduction) -- the core's normaliser to the accuracy of a sum of squares -- and reads the moved
+centroid as ``c* = c' / ||c'||`` (``g = 1 / ||c'||``, :func:`_centroid_scale`). On the tests' data ``r``
+agrees with the JAX scan to < 4e-7 relative; a feature 0.01 rad from antipodal is 4.8e-4 off without
+the correction. What remains: where ``||alpha c* + beta f||^2`` is within ``~gamma`` of 0, ``r^2`` from
+the dots may round to ``<= 0`` (the kernel keeps the centroid where the core moves it along the tiny
+sum) or, for bitwise antipodal inputs whose dot products do not cancel exactly, to ``> 0`` (the kernel
+moves the centroid along rounding noise where the core keeps it).
+
+Interpreted vs compiled: the kernels are ordinary ``@triton.jit`` functions, compiled for CUDA
 tensors. With ``TRITON_INTERPRET=1`` set before ``triton`` is first imported, Triton builds every
 ``@triton.jit`` function (its own ``tl.sum`` too) as an interpreted function that runs on CPU tensors
 with NumPy: that is how the CPU tests run it, in a child process so that no other code in the test
@@ -49,6 +105,9 @@ import triton.language as tl
 
 METRIC_IDS = {"l2": 0, "cosine": 1, "geodesic": 2}
 MAX_D = 1024  # one (2, BLOCK_D) register tile per program; ViT-L's width is 768
+KERNELS = ("auto", "chords", "dots")
+DOTS_STAGES = 3  # the dots kernel's loads run 2 steps ahead (cp.async pipelining on sm_80+)
+DEFAULT_KERNEL = "chords"  # neither kernel is timed on a GPU yet: the first one stays until a benchmark decides
 
 
 class Decisions(NamedTuple):
@@ -179,6 +238,106 @@ def _gate_kernel(f_ptr, lab_ptr, c_ptr, init_ptr, acc_ptr, r_ptr, c_out_ptr, n, 
     tl.store(c_out_ptr + s * 2 * d + tile, c, mask=tmask)
 
 
+@triton.jit
+def _closeness_key(ff, cc, fc, METRIC: tl.constexpr):
+    """A scalar that orders like the core's distance of ``f`` to ``c`` (strictly increasing in it), from
+    ``ff = f.f, cc = c.c, fc = f.c``: l2 ``sqrt(max(ff + cc - 2 fc, 0))``, cosine ``1 - cos``, geodesic
+    ``-cos`` (module docstring), with ``cos = clip(fc / sqrt(ff cc), -1, 1)`` and a zero norm read as 1."""
+    if METRIC == 0:
+        key = tl.sqrt_rn(tl.maximum(ff + cc - 2.0 * fc, 0.0))
+    else:
+        cos = tl.div_rn(fc, tl.sqrt_rn(tl.where(ff > 0, ff, 1.0) * tl.where(cc > 0, cc, 1.0)))
+        cos = tl.minimum(tl.maximum(cos, -1.0), 1.0)
+        key = 1.0 - cos if METRIC == 1 else -cos
+    return key
+
+
+@triton.jit
+def _centroid_scale(cc, unit):
+    """``g`` with ``g c`` the core's centroid: 1 for the start centroid, ``1 / ||c||`` once the kernel
+    has moved it (its stored norm is off by the rounding of ``r``; module docstring)."""
+    return tl.where((unit > 0) & (cc > 0), tl.div_rn(1.0, tl.sqrt_rn(tl.where(cc > 0, cc, 1.0))), 1.0)
+
+
+@triton.jit
+def _ema_move(c, f, g, cc, fc, ff, a, alpha, beta):
+    """``_core.ema_update`` of ``g c`` (``cc, fc``: its dot products) where ``a > 0``: returns the new
+    ``c = (alpha g c + beta f) / r`` and ``r = sqrt(max(||alpha g c + beta f||^2, 0))`` from the dot
+    products; ``r = 0``: the EMA's 0/0, ``c`` stays."""
+    r2 = alpha * alpha * cc + beta * beta * ff + 2.0 * alpha * beta * fc
+    r = tl.where(r2 > 0, tl.sqrt_rn(tl.where(r2 > 0, r2, 1.0)), 0.0)
+    if (a > 0) & (r > 0):  # a branch: at most one of the two centroids moves per labelled feature
+        c = tl.div_rn(alpha * g, r) * c + tl.div_rn(beta, r) * f
+    return c, r
+
+
+@triton.jit
+def _dots_kernel(f_ptr, lab_ptr, c_ptr, init_ptr, acc_ptr, r_ptr, c_out_ptr, n, d, alpha, beta, tau_key,
+                 METRIC: tl.constexpr, FIXED_TAU: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr):
+    """The EMA gate from dot products (module docstring). Program ``s`` = slot ``s``; arguments as
+    :func:`_gate_kernel` (``r`` must be zero on entry: only moves write it). The two centroids are
+    two ``(BLOCK_D,)`` vectors ``c0`` (normal) and ``c1`` (anomaly); everything else is scalar."""
+    s = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    cmask = cols < d
+    c0 = tl.load(c_ptr + s * 2 * d + cols, mask=cmask, other=0.0)   # masked lanes stay 0
+    c1 = tl.load(c_ptr + s * 2 * d + d + cols, mask=cmask, other=0.0)
+    init0 = tl.load(init_ptr + s * 2)
+    init1 = tl.load(init_ptr + s * 2 + 1)
+    unit0 = init0 * 0.0  # 1 once the kernel moved the centroid
+    unit1 = unit0
+    pend0 = unit0 > 0    # the previous step moved the centroid: its r is written at this step
+    pend1 = pend0
+    rp0 = unit0          # that move's r from the dot products
+    rp1 = unit0
+    f_row = f_ptr + s * n * d
+    acc_row = acc_ptr + s * 2 * n
+    r_row = r_ptr + s * 2 * n
+    # the loads do not depend on the decisions: Triton's pipeliner issues them STAGES - 1 steps ahead
+    for j in tl.range(0, n, num_stages=STAGES):
+        f = tl.load(f_row + j * d + cols, mask=cmask, other=0.0)
+        lab0 = tl.load(lab_ptr + 2 * j)
+        lab1 = tl.load(lab_ptr + 2 * j + 1)
+        # the step's one reduction of c0.c0, f.c0, c1.c1, f.c1, and f.f beside it (module docstring)
+        sums = tl.sum(tl.join(tl.join(c0 * c0, f * c0), tl.join(c1 * c1, f * c1)), axis=0)
+        ff = tl.sum(f * f, axis=0)
+        row0, row1 = tl.split(sums)   # join(x, y)[..., 0] = x: row0 = (c0.c0, f.c0), row1 = (c1.c1, f.c1)
+        cc0, fc0 = tl.split(row0)
+        cc1, fc1 = tl.split(row1)
+        # the previous step's move, if any: its exact normaliser is r ||c_new|| (module docstring)
+        tl.store(r_row + j - 1, rp0 * tl.sqrt_rn(cc0), mask=pend0)
+        tl.store(r_row + n + j - 1, rp1 * tl.sqrt_rn(cc1), mask=pend1)
+        g0 = _centroid_scale(cc0, unit0)
+        g1 = _centroid_scale(cc1, unit1)
+        cc0, fc0, cc1, fc1 = cc0 * g0 * g0, fc0 * g0, cc1 * g1 * g1, fc1 * g1
+        # matching._decide on the ordering keys
+        k0 = _closeness_key(ff, cc0, fc0, METRIC)
+        k1 = _closeness_key(ff, cc1, fc1, METRIC)
+        if FIXED_TAU:
+            ok0 = k0 < tau_key
+            ok1 = k1 < tau_key
+        else:
+            ok0 = (k0 < k1) | (init1 <= 0)   # an uninitialised other centroid is infinitely far
+            ok1 = (k1 < k0) | (init0 <= 0)
+        a0 = tl.where(ok0 | (init0 <= 0), lab0, 0.0)  # an uninitialised own centroid accepts
+        a1 = tl.where(ok1 | (init1 <= 0), lab1, 0.0)
+        c0, rp0 = _ema_move(c0, f, g0, cc0, fc0, ff, a0, alpha, beta)
+        c1, rp1 = _ema_move(c1, f, g1, cc1, fc1, ff, a1, alpha, beta)
+        pend0 = (a0 > 0) & (rp0 > 0)
+        pend1 = (a1 > 0) & (rp1 > 0)
+        unit0 = tl.where(pend0, 1.0, unit0)
+        unit1 = tl.where(pend1, 1.0, unit1)
+        init0 = tl.maximum(init0, a0)
+        init1 = tl.maximum(init1, a1)
+        tl.store(acc_row + j, a0)
+        tl.store(acc_row + n + j, a1)
+    cc0, cc1 = tl.split(tl.sum(tl.join(c0 * c0, c1 * c1), axis=0))  # the last move's r, the final centroids
+    tl.store(r_row + n - 1, rp0 * tl.sqrt_rn(cc0), mask=pend0)
+    tl.store(r_row + 2 * n - 1, rp1 * tl.sqrt_rn(cc1), mask=pend1)
+    tl.store(c_out_ptr + s * 2 * d + cols, c0 * _centroid_scale(cc0, unit0), mask=cmask)
+    tl.store(c_out_ptr + s * 2 * d + d + cols, c1 * _centroid_scale(cc1, unit1), mask=cmask)
+
+
 def _tau_half_angle(tau: float) -> tuple[float, float]:
     """``(sin, cos)`` of ``tau / 2`` for the geodesic radius test ``y cos < x sin`` (module docstring);
     ``tau/2 > pi/2`` -> ``(1, -1)`` (always inside), ``tau <= 0`` -> ``(0, 1)`` (never)."""
@@ -190,19 +349,42 @@ def _tau_half_angle(tau: float) -> tuple[float, float]:
     return math.sin(half), math.cos(half)
 
 
+def _tau_key(metric: str, tau: float) -> float:
+    """The fixed radius on :func:`_closeness_key`'s scale: ``tau`` (l2, cosine) or ``-cos(tau)``
+    (geodesic; ``tau > pi``: 2, always inside, since ``-cos <= 1``; ``tau <= 0``: -2, never)."""
+    if metric != "geodesic":
+        return tau
+    return -2.0 if tau <= 0.0 else 2.0 if tau > math.pi else -math.cos(tau)
+
+
+def default_num_warps(kernel: str, d: int) -> int:
+    """Warps per program unless ``num_warps`` is given: dots 1; chords 1 per 256 lanes of its tile
+    (``next_power_of_2(d)``), at least 1, at most 8 (4 at ViT-L's ``d = 768``)."""
+    return 1 if kernel == "dots" else min(8, max(1, triton.next_power_of_2(d) // 256))
+
+
 def gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric: str, alpha: float,
-                   update: str = "ema", tau: float | None = None, num_warps: int | None = None) -> Decisions:
+                   update: str = "ema", tau: float | None = None, num_warps: int | None = None,
+                   kernel: str = DEFAULT_KERNEL) -> Decisions:
     """Algorithm 1's decisions for ``S`` slots in one kernel launch (no gradient).
 
     Shapes and meaning as ``matching._scan_decisions``: ``f: (S, n, d)`` unit features (float32),
     ``is_pos, is_neg: (n,)`` 0/1, ``c_*: (S, d)``, ``init_*: (S,)``; ``d <= MAX_D``. The tensors must be
     on a CUDA device, or on the CPU with Triton in interpreter mode (:func:`interpreted`).
-    ``num_warps``: warps per program (default: 1 per 256 lanes of ``BLOCK_D``, at least 1, at most 8).
+    ``kernel``: one of :data:`KERNELS` (module docstring): ``"chords"`` (default), ``"dots"`` (EMA
+    only), ``"auto"`` (dots for the EMA, chords for slerp). ``num_warps``: warps per program (default:
+    :func:`default_num_warps`).
     """
     if metric not in METRIC_IDS:
         raise ValueError(f"metric must be one of {tuple(METRIC_IDS)}, got {metric!r}")
     if update not in ("ema", "slerp"):
         raise ValueError(f"centroid update must be one of ('ema', 'slerp'), got {update!r}")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if kernel == "auto":
+        kernel = "dots" if update == "ema" else "chords"
+    if kernel == "dots" and update != "ema":
+        raise ValueError("kernel='dots' implements the EMA update only; use 'chords' or 'auto' for slerp")
     S, n, d = f.shape
     if not 1 <= d <= MAX_D:
         raise ValueError(f"the Triton gate takes feature width d in [1, {MAX_D}], got {d}")
@@ -219,13 +401,17 @@ def gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metri
         acc = torch.zeros(S, 2, n, device=f.device)
         r = torch.zeros(S, 2, n, device=f.device)
         c_out = cents.clone()
-        block = triton.next_power_of_2(d)
-        tau_sin, tau_cos = _tau_half_angle(float(tau)) if tau is not None else (0.0, 1.0)
+        block, fixed, warps = triton.next_power_of_2(d), tau is not None, num_warps or default_num_warps(kernel, d)
         if S > 0:
             with torch.cuda.device(f.device) if on_cuda else _nullcontext():  # launch on the tensors' GPU
-                _gate_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha), 1.0 - float(alpha),
-                                   0.0 if tau is None else float(tau), tau_sin, tau_cos, METRIC=METRIC_IDS[metric],
-                                   FIXED_TAU=tau is not None, SLERP=update == "slerp", BLOCK_D=block,
-                                   num_warps=num_warps or min(8, max(1, block // 256)),
-                                   enable_fp_fusion=False)  # separate roundings of a*c + b*f, like torch and JAX
+                if kernel == "dots":  # compiled with FMA contraction (module docstring)
+                    _dots_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha), 1.0 - float(alpha),
+                                       _tau_key(metric, float(tau)) if fixed else 0.0, METRIC=METRIC_IDS[metric],
+                                       FIXED_TAU=fixed, BLOCK_D=block, STAGES=DOTS_STAGES, num_warps=warps)
+                else:
+                    tau_sin, tau_cos = _tau_half_angle(float(tau)) if fixed else (0.0, 1.0)
+                    _gate_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha), 1.0 - float(alpha),
+                                       float(tau) if fixed else 0.0, tau_sin, tau_cos, METRIC=METRIC_IDS[metric],
+                                       FIXED_TAU=fixed, SLERP=update == "slerp", BLOCK_D=block, num_warps=warps,
+                                       enable_fp_fusion=False)  # separate roundings of a*c + b*f, like torch, JAX
     return Decisions(acc[:, 0], acc[:, 1], r[:, 0], r[:, 1], c_out[:, 0], c_out[:, 1])

@@ -54,9 +54,10 @@ per step (scan unrolled 8x; 84 ms without) against ~6 ms: the scan is launch-bou
 sequential step, far from the issue's 5%-of-a-step target, which needs the loop in one GPU kernel.
 That kernel now exists (``adsim._gate_triton``: one Triton program per slot loops over the features
 with both centroids in registers; the same decisions as the literal loop under Triton's interpreter,
-tested on the CPU) and ``match_sequential`` uses it for CUDA tensors (``scan_backend="auto"``). **Its
-GPU time is not measured yet**: ``benchmarks/gpu_adsim.py`` has the row ("exact sequential gates, all
-8 slots, Triton kernel") for the next GPU session.
+tested on the CPU) and ``match_sequential`` uses it for CUDA tensors (``scan_backend="auto"``), in its
+default variant (``"chords"``; a second one, ``"dots"``, takes the EMA gate from one reduction of dot
+products per step in one warp). **Their GPU times are not measured yet**: ``benchmarks/gpu_adsim.py``
+has the rows ("exact sequential gates, all 8 slots, Triton kernel (...)") for the next GPU session.
 """
 from __future__ import annotations
 

@@ -39,7 +39,8 @@ JAX_PLATFORMS=cuda,cpu timeout 60 python3 -m pytest -q -p no:cacheprovider \
     tests/adsim/test_adsim_gate_triton.py tests/adsim/test_adsim_gate.py -k "cuda" 2>&1 \
     | tail -15 | tee "$OUT/cuda_tests.log"
 
-# 3. adsim at ViT-L-14-336 (issues 12, 14), B = 16: eager steps, gates (Triton and JAX), the
+# 3. adsim at ViT-L-14-336 (issues 12, 14), B = 16: eager steps, gates (JAX; Triton chords and dots kernels,
+#    6 rows of a warps sweep, ~1-3 s each with its compile), the
 #    compiled steps (CUDA graphs; ~1 min of compilation each, not yet measured), targets.
 timeout 360 python3 benchmarks/gpu_adsim.py --results "$OUT/ad.md" --warmup 2 --iters 6 \
     --skip-literal --batch-sizes 16 --sweep 2>&1 | grep -v "^WARNING:root" | tee "$OUT/ad.log"

@@ -4,8 +4,9 @@
 before ``triton`` is first imported (Triton then builds every ``@triton.jit`` function, its own
 ``tl.sum`` included, as an interpreted one), so it runs here and not in the test session, where it
 would change every other Triton user. For each case (a dict of ``match_sequential`` arguments and
-options) it runs ``match_sequential(..., scan_backend="triton")`` on CPU tensors and records both the
-kernel's raw :class:`adsim._gate_triton.Decisions` and the returned ``Matched``.
+options, and the Triton kernel to use) it runs ``match_sequential(..., scan_backend="triton")`` on CPU
+tensors with that kernel and records both the kernel's raw :class:`adsim._gate_triton.Decisions` and
+the returned ``Matched``.
 """
 import sys
 
@@ -19,15 +20,17 @@ def main(cases_path: str, out_path: str) -> None:
     if not _gate_triton.interpreted():
         raise SystemExit("set TRITON_INTERPRET=1 before starting this script")
     raw = []
-    kernel = _gate_triton.gate_decisions
+    gate = _gate_triton.gate_decisions
+    kernel = _gate_triton.DEFAULT_KERNEL
 
     def recorded(*args, **kw):  # match_sequential looks the function up on the module at call time
-        raw.append(kernel(*args, **kw))
+        raw.append(gate(*args, kernel=kernel, **kw))
         return raw[-1]
 
     _gate_triton.gate_decisions = recorded
     out = []
     for case in torch.load(cases_path):
+        kernel = case["kernel"]
         matched = match_sequential(*case["args"], scan_backend="triton", **case["kw"])
         out.append({"decisions": tuple(raw.pop()), "matched": tuple(matched)})
     torch.save(out, out_path)

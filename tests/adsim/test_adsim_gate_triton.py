@@ -9,12 +9,16 @@ must not happen in this session). Compared: identical 0/1 decisions, the EMA nor
 ``match_sequential(scan_backend="triton")`` like the loop's (centroids within 1e-5, as for the JAX
 path). Every metric x {adaptive, fixed radius} x {EMA, slerp}, slots with both / one / no centroid
 initialised, clustered data so that the gate accepts and rejects; plus a ViT-L width (d = 768 in a
-1024-lane tile) and edge features (antipodal, identical, zero). A compile check builds the kernel for
-an H100/H200 (sm_90) with Triton's real compiler, which needs no GPU.
+1024-lane tile) and edge features (antipodal, identical, zero, near-antipodal). The same for the
+second kernel, ``kernel="dots"`` (EMA only; cases named ``...-dots``): every metric x gate at both
+widths and the edge features, its ``r`` within 1e-6 *relative* of the scan's. Compile checks build the
+kernels for an H100/H200 (sm_90) with Triton's real compiler, which needs no GPU (the dots kernel:
+no spills at 1, 2 and 4 warps).
 """
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -50,18 +54,23 @@ def _inputs(seed, n=N, d=D):
     return [f, torch.as_tensor(y), valid, c[0] * ip[:, None], c[1] * in_[:, None], ip, in_]
 
 
+NEAR = _unit([-1.0, 0.01] + [0.0] * (D - 2))  # 0.01 rad from -e_0
+
+
 def _edge_inputs():
     """The branches of the updates, with exactly representable unit vectors (basis vectors ``e_k``, so
     that renormalising changes nothing and ``e - e = 0`` exactly): slots 0 and 1 start with the normal
     centroid ``e_0``, slot 2 with none. Normal features: ``-e_0`` (antipodal: EMA 0/0 at alpha = 0.5,
     slerp's antipodal fallback), ``e_0`` (identical: slerp's small-angle branch), ``0`` (a zero feature,
-    angle pi/2 to everything); slot 2 sees ``e_1`` then ``-e_1`` instead of the first two."""
+    angle pi/2 to everything), ``NEAR`` (0.01 rad from antipodal: the EMA's ``r ~ 0.005`` cancels to
+    ~1e-4 relative when summed from dot products, the case the dots kernel corrects one step later);
+    slot 2 sees ``e_1`` then ``-e_1`` instead of the first two."""
     f, y, valid, c_pos, c_neg, ip, in_ = _inputs(7, n=12)
     e = torch.eye(D)
     c_pos[:2] = e[0]
-    f[:, 0], f[:, 1], f[:, 2] = -e[0], e[0], 0.0
+    f[:, 0], f[:, 1], f[:, 2], f[:, 3] = -e[0], e[0], 0.0, NEAR
     f[2, 0], f[2, 1] = e[1], -e[1]
-    y[:3], valid[:3] = 0.0, 1.0
+    y[:4], valid[:4] = 0.0, 1.0
     return [f, y, valid, c_pos, c_neg, ip, in_]
 
 
@@ -74,13 +83,22 @@ CASES["vit-width-geodesic-ema"] = (_inputs(2, n=12, d=768), dict(metric="geodesi
 for _update in ("ema", "slerp"):
     CASES[f"edge-geodesic-{_update}"] = (_edge_inputs(), dict(metric="geodesic", tau=None, update=_update,
                                                               alpha=0.5))
+# the dots kernel (EMA only; "-dots" in the name): every metric x gate, the ViT-L width, the edge features
+for metric in _core.METRICS:
+    for tau in (None, TAU[metric]):
+        gate = "adaptive" if tau is None else "fixed"
+        CASES[f"{metric}-{gate}-ema-dots"] = (_inputs(1), dict(metric=metric, tau=tau, update="ema", alpha=0.5))
+        CASES[f"vit-width-{metric}-{gate}-ema-dots"] = (_inputs(2, n=8, d=768), dict(metric=metric, tau=tau,
+                                                                                     update="ema", alpha=0.5))
+    CASES[f"edge-{metric}-ema-dots"] = (_edge_inputs(), dict(metric=metric, tau=None, update="ema", alpha=0.5))
 
 
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory):
     """``{case: {"decisions": Decisions, "matched": Matched}}`` from one interpreter child process."""
     tmp = tmp_path_factory.mktemp("triton")
-    torch.save([{"args": args, "kw": kw} for args, kw in CASES.values()], tmp / "cases.pt")
+    torch.save([{"args": args, "kw": kw, "kernel": _kernel(name)} for name, (args, kw) in CASES.items()],
+               tmp / "cases.pt")
     env = {**os.environ, "TRITON_INTERPRET": "1", "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, str(Path(__file__).with_name("_triton_interpret.py")),
@@ -91,6 +109,10 @@ def interpreted(tmp_path_factory):
     out = torch.load(tmp / "out.pt")
     return {name: {"decisions": _gate_triton.Decisions(*o["decisions"]), "matched": o["matched"]}
             for name, o in zip(CASES, out)}
+
+
+def _kernel(name):
+    return "dots" if name.endswith("-dots") else _gate_triton.DEFAULT_KERNEL
 
 
 def _loop(f, y, valid, c_pos, c_neg, ip, in_, **kw):
@@ -114,8 +136,9 @@ def test_kernel_equals_the_literal_loop_and_the_jax_scan(interpreted, name):
     for k, (mine, oracle, jax_acc) in enumerate(((got.acc_pos, loop[2], scan[0]), (got.acc_neg, loop[3], scan[1]))):
         assert torch.equal(mine, oracle), f"decisions {('pos', 'neg')[k]} differ from the literal loop"
         assert torch.equal(mine, jax_acc), f"decisions {('pos', 'neg')[k]} differ from the JAX scan"
-    torch.testing.assert_close(got.r_pos, scan[2], rtol=0, atol=1e-6)
-    torch.testing.assert_close(got.r_neg, scan[3], rtol=0, atol=1e-6)
+    tol = dict(rtol=1e-6, atol=0) if _kernel(name) == "dots" else dict(rtol=0, atol=1e-6)  # dots: relative
+    torch.testing.assert_close(got.r_pos, scan[2], **tol)
+    torch.testing.assert_close(got.r_neg, scan[3], **tol)
     torch.testing.assert_close(got.c_pos, loop[0], rtol=0, atol=1e-6)  # the kernel's in-register centroids
     torch.testing.assert_close(got.c_neg, loop[1], rtol=0, atol=1e-6)
     labelled = args[2] > 0
@@ -124,7 +147,8 @@ def test_kernel_equals_the_literal_loop_and_the_jax_scan(interpreted, name):
         assert 0 < accepted.sum() < accepted.numel(), name
 
 
-@pytest.mark.parametrize("name", ["geodesic-adaptive-ema", "l2-fixed-slerp", "edge-geodesic-slerp"])
+@pytest.mark.parametrize("name", ["geodesic-adaptive-ema", "l2-fixed-slerp", "edge-geodesic-slerp",
+                                  "l2-fixed-ema-dots", "vit-width-geodesic-adaptive-ema-dots", "edge-cosine-ema-dots"])
 def test_match_sequential_with_the_kernel_equals_the_literal_loop(interpreted, name):
     args, kw = CASES[name]
     got = interpreted[name]["matched"]
@@ -135,15 +159,20 @@ def test_match_sequential_with_the_kernel_equals_the_literal_loop(interpreted, n
     torch.testing.assert_close(got[1], loop[1], rtol=0, atol=1e-5)
 
 
-def test_edge_features_take_the_special_branches(interpreted):
-    """Hand-derived from Algorithm 1 (EMA, alpha = 0.5, r = ||c/2 + f/2||). Slot 0 (both centroids):
-    rejects -e_0 (angle pi; the random anomaly centroid is closer), accepts e_0 (r = ||e_0|| = 1).
-    Slot 1 (anomaly centroid uninitialised, so infinitely far): accepts -e_0 with r = 0 (0/0, centroid
-    unchanged) and the zero feature with r = ||e_0 / 2|| = 0.5. Slot 2 (nothing): e_1 initialises the
-    normal centroid (r = ||e_1 / 2|| = 0.5), then -e_1 is accepted with r = 0."""
-    d = interpreted["edge-geodesic-ema"]["decisions"]
+@pytest.mark.parametrize("name", ["edge-geodesic-ema"] + [f"edge-{m}-ema-dots" for m in _core.METRICS])
+def test_edge_features_take_the_special_branches(interpreted, name):
+    """Hand-derived from Algorithm 1 (EMA, alpha = 0.5, r = ||c/2 + f/2||), the same for every metric
+    (each orders unit vectors by their angle). Slot 0 (both centroids): rejects -e_0 (angle pi; the
+    random anomaly centroid is closer), accepts e_0 (r = ||e_0|| = 1). Slot 1 (anomaly centroid
+    uninitialised, so infinitely far): accepts -e_0 with r = 0 (0/0, centroid unchanged), the zero
+    feature with r = ||e_0 / 2|| = 0.5 and NEAR with r = ||e_0 + NEAR|| / 2 (float64 from NEAR's float32
+    entries; relative 1e-6). Slot 2 (nothing): e_1 initialises the normal centroid (r = ||e_1 / 2|| =
+    0.5), then -e_1 is accepted with r = 0."""
+    d = interpreted[name]["decisions"]
     assert d.acc_pos[0, :2].tolist() == [0.0, 1.0] and d.r_pos[0, 1] == 1.0
-    assert d.acc_pos[1, [0, 2]].tolist() == [1.0, 1.0] and d.r_pos[1, [0, 2]].tolist() == [0.0, 0.5]
+    assert d.acc_pos[1, [0, 2, 3]].tolist() == [1.0, 1.0, 1.0] and d.r_pos[1, [0, 2]].tolist() == [0.0, 0.5]
+    near = 0.5 * float(torch.linalg.vector_norm(torch.eye(D, dtype=torch.float64)[0] + NEAR.double()))
+    assert abs(float(d.r_pos[1, 3]) - near) <= 1e-6 * near, (float(d.r_pos[1, 3]), near)
     assert d.acc_pos[2, :2].tolist() == [1.0, 1.0] and d.r_pos[2, :2].tolist() == [0.5, 0.0]
     # at alpha = 0.5 slerp moves to the renormalised midpoint (the EMA's point) and its antipodal
     # fallback is the EMA: the same decisions through its small-angle and antipodal branches
@@ -208,14 +237,61 @@ def test_kernel_compiles_for_sm90_without_a_gpu():
         assert "cubin" in k.asm and "div.rn.f32" in k.asm["ptx"]  # IEEE division, as torch and JAX
 
 
+@pytest.mark.parametrize("num_warps", [1, 2, 4])
+def test_dots_kernel_fits_its_warps_without_spills(num_warps, monkeypatch, capsys):
+    """The dots kernel for sm_90 at the ViT-L shape (d = 768 in a 1024-lane tile; arguments divisible
+    by 16, as Triton specialises a real launch), geodesic adaptive gate: ptxas (Triton's own call, its
+    log printed) reports no spills at 1, 2 and 4 warps (1 warp: ~140 registers of the 255 a thread
+    may use)."""
+    if _gate_triton.interpreted():
+        pytest.skip("this session runs Triton's interpreter (the kernel is not a compilable JIT function)")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    knobs = getattr(triton, "knobs", None)
+    if knobs is None:  # pragma: no cover - triton < 3.4
+        pytest.skip("needs triton.knobs (triton >= 3.4) to read ptxas' log")
+    monkeypatch.setattr(knobs.nvidia, "dump_ptxas_log", True)
+    monkeypatch.setattr(knobs.compilation, "always_compile", True)  # a cached binary prints no log
+    fn = _gate_triton._dots_kernel
+    sig = {k: "*fp32" for k in ("f_ptr", "lab_ptr", "c_ptr", "init_ptr", "acc_ptr", "r_ptr", "c_out_ptr")}
+    sig.update(n="i32", d="i32", alpha="fp32", beta="fp32", tau_key="fp32")
+    const = dict(METRIC=2, FIXED_TAU=False, BLOCK_D=1024, STAGES=_gate_triton.DOTS_STAGES)
+    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]]
+             for k, v in sig.items() if v == "*fp32" or k in ("n", "d")}
+    src = ASTSource(fn=fn, signature={**sig, **{k: "constexpr" for k in const}}, constexprs=const, attrs=attrs)
+    try:
+        triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
+    except RuntimeError as e:  # pragma: no cover - a triton without its bundled CUDA tools
+        if "ptxas" in str(e):
+            pytest.skip(f"no ptxas: {e}")
+        raise
+    log = capsys.readouterr().out
+    assert "Used " in log and " registers" in log, log
+    assert "0 bytes spill stores, 0 bytes spill loads" in log, log
+
+
+def test_kernel_choice_is_checked():
+    args = _inputs(0)
+    f, y, valid, c_pos, c_neg, ip, in_ = args
+    gate_args = (f, (1 - y) * valid, y * valid, c_pos, c_neg, ip, in_)
+    with pytest.raises(ValueError, match=r"kernel must be one of \('auto', 'chords', 'dots'\), got 'fast'"):
+        _gate_triton.gate_decisions(*gate_args, metric="l2", alpha=0.5, kernel="fast")
+    with pytest.raises(ValueError, match="kernel='dots' implements the EMA update only"):
+        _gate_triton.gate_decisions(*gate_args, metric="l2", alpha=0.5, update="slerp", kernel="dots")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the kernel compiled, not interpreted)")
 @pytest.mark.parametrize("name", list(CASES))
-def test_compiled_kernel_on_cuda_equals_the_literal_loop(name):
+def test_compiled_kernel_on_cuda_equals_the_literal_loop(name, monkeypatch):
     args, kw = CASES[name]
     x = [a.cuda() for a in args]
     x[0].requires_grad_(True)
+    gate = partial(_gate_triton.gate_decisions, kernel=_kernel(name))
+    monkeypatch.setattr(_gate_triton, "gate_decisions", gate)  # the case's kernel inside match_sequential
     got = match_sequential(*x, **kw)  # scan_backend="auto": the kernel on CUDA tensors
-    raw = _gate_triton.gate_decisions(_core.normalize(x[0].detach()), (1 - x[1]) * x[2], x[1] * x[2], *x[3:], **kw)
+    raw = gate(_core.normalize(x[0].detach()), (1 - x[1]) * x[2], x[1] * x[2], *x[3:], **kw)
     loop = _loop(*args, **kw)
     assert torch.equal(got.acc_pos.cpu(), loop[2]) and torch.equal(got.acc_neg.cpu(), loop[3])
     torch.testing.assert_close(got.c_pos.cpu(), loop[0], rtol=0, atol=1e-5)
