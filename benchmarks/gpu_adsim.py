@@ -204,6 +204,8 @@ def run(args) -> str:
 
     def add(label, seconds, n_images=None):
         rows.append((label, seconds * 1e3, (n_images / seconds) if n_images else None))
+        # each row as soon as it is measured: a run cut short by a timeout still leaves its rows in the log
+        print(f"measured: {label}: {seconds * 1e3:.2f} ms", flush=True)
 
     def frozen():
         with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
@@ -232,7 +234,6 @@ def run(args) -> str:
         add(f"matching+VACA step, exact sequential gate (B={bb})", te, bb)
         if bb == b:
             t_naive, t_match, t_match_exact = tn, tm, te
-    t_comp = _compiled_steps(args, backbone, base, text, batch, device, amp, add, kw)
     if args.decompose:  # which half of matching+VACA costs what: each one alone on top of the naive step
         for label, over in (("naive step + VACA only", dict(method="naive", vaca=True)),
                             ("matching only (batched gate, no VACA)", dict(method="match", vaca=False,
@@ -258,10 +259,6 @@ def run(args) -> str:
         bank.step(4, f_img, y[:b], v[:b], unit=True)
     t_gates = _time(gates_batched, device, **kw)
     add(f"batched gates, all 8 slots of a step ({n} patch features/layer)", t_gates)
-    t_gates_comp = None
-    if "match" in args.compile_steps:
-        t_gates_comp = _compiled_gates(args, bank, [(0, f_seg, y, v), (4, f_img, y[:b], v[:b])], device, kw)
-        add(f"batched gates, all 8 slots, compiled {args.compile_label} ({n} patch features/layer)", t_gates_comp)
 
     def gates_exact(backend):  # same 8 slots through the exact fast sequential gate (compiled in warm-up)
         bank_exact = CentroidBank(8, spec.embed_dim, mode="sequential", scan_backend=backend).to(device)
@@ -301,6 +298,12 @@ def run(args) -> str:
         t_seq = _time(lambda: match(f, y, v, c[0], c[1], one, one, mode="sequential"), device,
                       warmup=1, iters=max(1, min(3, args.iters)))
         add(f"literal sequential loop, one layer ({n} features)", t_seq)
+    # the compiled rows last (minutes of compilation on a GPU): the eager rows and gates are in the log first
+    t_comp = _compiled_steps(args, backbone, base, text, batch, device, amp, add, kw)
+    t_gates_comp = None
+    if "match" in args.compile_steps:
+        t_gates_comp = _compiled_gates(args, bank, [(0, f_seg, y, v), (4, f_img, y[:b], v[:b])], device, kw)
+        add(f"batched gates, all 8 slots, compiled {args.compile_label} ({n} patch features/layer)", t_gates_comp)
 
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke run, numbers meaningless)"
     lines = [f"### adsim GPU benchmark -- {gpu}",
