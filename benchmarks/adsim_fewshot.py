@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from adsim.fewshot import nn_distance  # noqa: E402
-from montecarlo import machine_info, write_section  # noqa: E402
+from montecarlo import call_times, machine_info, write_section  # noqa: E402
 
 TITLE = "adsim few-shot memory bank (CPU, ViT-L-14-336 sizes, random features)"
 N, E, L = 576, 768, 4
@@ -39,15 +39,6 @@ N, E, L = 576, 768, 4
 def unit(rng, *shape) -> np.ndarray:
     x = rng.standard_normal(shape).astype(np.float32)
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
-
-
-def median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main(argv=None) -> str:
@@ -67,9 +58,11 @@ def main(argv=None) -> str:
         assert sum(b.numel() for b in tb) * 4 == k * N * E * L * 4
         with torch.inference_mode():
             ours = torch.stack([nn_distance(p, b) for p, b in zip(tt, tb)]).numpy()
-            t_ours = median_time(lambda: [nn_distance(p, b) for p, b in zip(tt, tb)], args.repeats)
+            t_ours = statistics.median(call_times(lambda: [nn_distance(p, b) for p, b in zip(tt, tb)],
+                                                  iters=args.repeats))
         ref = np.stack([1.0 - (p[0] @ b.T).max(1) for p, b in zip(test, banks)])[:, None]
-        t_ref = median_time(lambda: [1.0 - (p[0] @ b.T).max(1) for p, b in zip(test, banks)], args.repeats)
+        t_ref = statistics.median(call_times(lambda: [1.0 - (p[0] @ b.T).max(1) for p, b in zip(test, banks)],
+                                             iters=args.repeats))
         diff = float(np.abs(ours - ref).max())
         if diff > 1e-5:
             raise SystemExit(f"nn_distance differs from the NumPy reference by {diff:.2e} at k={k}")

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from adsim import data as D  # noqa: E402
-from montecarlo import append_table  # noqa: E402  (benchmarks/, the script's folder)
+from montecarlo import append_table, call_times  # noqa: E402  (benchmarks/, the script's folder)
 from adsim.backbone import RandomWeightsWarning, build_backbone  # noqa: E402
 from adsim.head import features, prompt_ensemble, text_embeddings  # noqa: E402
 from adsim.matching import CentroidBank, match  # noqa: E402
@@ -49,14 +49,7 @@ from adsim.train import TrainConfig, make_head, objective  # noqa: E402
 
 
 def _median_s(fn, *, warmup: int, iters: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(call_times(fn, iters=iters, warmup=warmup))
 
 
 def gate_inputs(root: Path, n_images: int, seed: int) -> list:

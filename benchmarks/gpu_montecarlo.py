@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from montecarlo import machine_info, write_section  # noqa: E402
+from montecarlo import call_times, machine_info, write_section  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -90,14 +90,8 @@ def _profile(chunk: int) -> list[str]:
     draw_fn, est_fn = _engine._compiled(spec, "float32")
     keys = jax.vmap(_rng.fast_key)(jnp.arange(chunk, dtype=jnp.uint32))
 
-    def best(f):
-        f()  # compile / warm up
-        times = []
-        for _ in range(3):
-            t = time.perf_counter()
-            f()
-            times.append(time.perf_counter() - t)
-        return min(times)
+    def best(f):  # after one call that compiles / warms up
+        return min(call_times(f, iters=3, warmup=1))
 
     draws = jax.block_until_ready(draw_fn(keys))
     out = jax.block_until_ready(est_fn(draws))

@@ -98,6 +98,19 @@ def machine_info() -> str:
             f"jax {jax.__version__} ({jax.devices()[0].platform}), NumPy {np.__version__}")
 
 
+def call_times(fn, *, iters: int, warmup: int = 0) -> list[float]:
+    """Seconds of each of ``iters`` timed calls of ``fn()``, after ``warmup`` untimed calls (compile,
+    caches). The benchmarks' one timing loop: they report its median or its minimum."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def time_reference(S: int) -> float:
     from poolsim import _reference, experiments as ex
 
@@ -162,13 +175,7 @@ def profile(S: int = 2048) -> str:
     from poolsim import _engine, _rng, experiments as ex
 
     def best(f, *a):
-        jax.block_until_ready(f(*a))
-        ts = []
-        for _ in range(3):
-            t = time.perf_counter()
-            jax.block_until_ready(f(*a))
-            ts.append(time.perf_counter() - t)
-        return 1e3 * min(ts)
+        return 1e3 * min(call_times(lambda: jax.block_until_ready(f(*a)), iters=3, warmup=1))
 
     keys = jax.vmap(_rng.fast_key)(jnp.arange(S, dtype=jnp.uint32))
     out = []
