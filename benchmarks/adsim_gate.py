@@ -67,9 +67,9 @@ def gate_inputs(root: Path, n_images: int, seed: int) -> list:
     batches, calls = [], []
     original = head.centroids.step
 
-    def capture(start, f, y, v):
+    def capture(start, f, y, v, **kw):
         calls.append((start, f.detach().clone(), y.clone(), v.clone()))
-        return original(start, f, y, v)
+        return original(start, f, y, v, **kw)
 
     head.centroids.step = capture
     for k in range(2):
