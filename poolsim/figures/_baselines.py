@@ -20,9 +20,9 @@ from scipy import stats
 TRIM = 0.2  # 20% trimmed mean (cut from each end, per coordinate): the usual default (Wilcox)
 HUBER_Q = 0.9  # Huber threshold: the 90% quantile of the Gaussian radius (chi_d)
 MCD_MIN_RATIO = 10  # MinCovDet only where K >= 10 d ("K >> d") ...
-MCD_PARALLEL_MIN = 32  # MinCovDet fits that go to a process pool (fewer run in this process)
 # ... and only at the final K (and, in the figure, on its first MCD_SEEDS seeds): one sklearn fit
 # costs ~0.1 s, a whole curve (S x nK fits) would dominate the figure run's time budget.
+MCD_PARALLEL_MIN = 32  # MinCovDet fits that go to a process pool (fewer run in this process)
 
 LABELS = {
     "median": "coord.-wise median",
@@ -164,9 +164,10 @@ def _mcd_many(x: np.ndarray, seeds) -> np.ndarray:
     many fits run in joblib's process pool, one worker per CPU core; the results are those of the
     sequential loop (each fit has its own seed). Few fits run in this process: starting the
     workers costs more than they save."""
-    if len(x) < MCD_PARALLEL_MIN or (os.cpu_count() or 1) < 2:
-        return np.stack([mcd(xs, seed=int(s)) for xs, s in zip(x, seeds)]) if len(x) else \
-            np.empty((0, x.shape[-1]))
-    from joblib import Parallel, delayed
+    if len(x) >= MCD_PARALLEL_MIN and (os.cpu_count() or 1) > 1:
+        from joblib import Parallel, delayed
 
-    return np.stack(Parallel(n_jobs=-1)(delayed(mcd)(xs, seed=int(s)) for xs, s in zip(x, seeds)))
+        fits = Parallel(n_jobs=-1)(delayed(mcd)(xs, seed=int(s)) for xs, s in zip(x, seeds))
+    else:
+        fits = [mcd(xs, seed=int(s)) for xs, s in zip(x, seeds)]
+    return np.reshape(fits, (len(x), x.shape[-1]))  # (0, d) when there is nothing to fit
