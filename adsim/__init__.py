@@ -1,44 +1,68 @@
 """adsim: zero-shot medical anomaly detection with CLIP adapters, VACA and geodesic matching.
 
-The detector of "Beyond Pooling" (§"Matching for Anomaly Detection", Algorithm 1) on a frozen
-open_clip ViT. Its centroid gates and updates are ``poolsim._core`` run on torch tensors.
-CLI: ``python -m adsim {make-toy-bmad,train,eval,predict,table,protocol,sweep,figures}``; Python:
-``adsim.Detector.from_run(RUN).predict(images)`` (``adsim.detector``, the one inference path).
-``protocol`` runs the leave-one-out domain-addition protocol with the DA score on real images or on the SIMULATED token
-features of ``adsim.sim`` (CPU); ``figures`` draws its figures and table, with the paper's numbers
-(``adsim.reference``) beside them, never mixed. ``train`` runs data-parallel under torchrun
-(``adsim.distributed``) and can cache the frozen trunk (``adsim.cache``). The baselines of the paper's
-comparison (``adsim.baselines``: WinCLIP, AnomalyCLIP; MVFA-AD as ``--recipe mvfa``) register themselves
-in ``adsim._method`` when ``adsim`` is imported. Few-shot mode (``--shots K``, ``Detector.with_shots``,
-``adsim.fewshot``): a memory bank of K normal target images fused with any method; ``table`` runs the
-paper's Table 1 grid (``adsim.table``).
+The detector of "Beyond Pooling" (§"Matching for Anomaly Detection", Algorithm 1) on a frozen open_clip
+ViT; its centroid gates and updates are ``poolsim``'s matching core run on torch tensors. Subpackages,
+each importing only those before it (``docs/architecture.md``; an import-linter contract checks it):
+``runtime`` → ``metrics`` → ``data`` → ``config`` → ``model`` → ``methods`` → ``inference`` →
+``evaluation`` → ``training`` → ``experiments`` → ``cli`` (``python -m adsim``).
+
+Python: ``adsim.Detector.from_run(RUN).predict(images)``. The names below load on first use (PEP 562),
+so ``import adsim`` is cheap and ``python -m adsim --help`` answers without loading torch.
 """
-from . import baselines as baselines
-from .backbone import BACKBONES as BACKBONES
-from .backbone import RandomWeightsWarning as RandomWeightsWarning
-from .backbone import build_backbone as build_backbone
-from .cache import build_trunk_cache as build_trunk_cache
-from .data import DOMAINS as DOMAINS
-from .data import MASKED as MASKED
-from .detector import Detector as Detector
-from .detector import Prediction as Prediction
-from .detector import UnreadableImageWarning as UnreadableImageWarning
-from .evaluate import evaluate as evaluate
-from .fewshot import FewShot as FewShot
-from .head import VACA as VACA
-from .head import SCORES as SCORES
-from .head import Head as Head
-from .head import features as features
-from .head import features_from_tokens as features_from_tokens
-from .head import image_scores as image_scores
-from .matching import CentroidBank as CentroidBank
-from .matching import match as match
-from .matching import match_sequential as match_sequential
-from .metrics import Accumulator as Accumulator
-from .protocol import run as run_protocol
-from .sim import SimParams as SimParams
-from .table import run as run_table
-from .sim import simulate as simulate
-from .toy import make_toy_bmad as make_toy_bmad
-from .train import TrainConfig as TrainConfig
-from .train import train as train
+import importlib
+
+from adsim import _legacy
+
+_SUBPACKAGES = ("cli", "config", "data", "evaluation", "experiments", "inference", "methods", "metrics", "model",
+                "runtime", "training")
+# public name -> (module, attribute)
+_EXPORTS = {
+    "BACKBONES": ("adsim.config.choices", "BACKBONES"),
+    "SCORES": ("adsim.config.choices", "SCORES"),
+    "TrainConfig": ("adsim.config.run", "TrainConfig"),
+    "DOMAINS": ("adsim.data.domains", "DOMAINS"),
+    "MASKED": ("adsim.data.domains", "MASKED"),
+    "SimParams": ("adsim.data.sim", "SimParams"),
+    "simulate": ("adsim.data.sim", "simulate"),
+    "make_toy_bmad": ("adsim.data.toy", "make_toy_bmad"),
+    "RandomWeightsWarning": ("adsim.model.backbone", "RandomWeightsWarning"),
+    "build_backbone": ("adsim.model.backbone", "build_backbone"),
+    "VACA": ("adsim.model.head", "VACA"),
+    "Head": ("adsim.model.head", "Head"),
+    "features": ("adsim.model.head", "features"),
+    "features_from_tokens": ("adsim.model.head", "features_from_tokens"),
+    "image_scores": ("adsim.model.head", "image_scores"),
+    "CentroidBank": ("adsim.model.matching", "CentroidBank"),
+    "match": ("adsim.model.matching", "match"),
+    "match_sequential": ("adsim.model.matching", "match_sequential"),
+    "FewShot": ("adsim.methods.fewshot", "FewShot"),
+    "Detector": ("adsim.inference.detector", "Detector"),
+    "Prediction": ("adsim.inference.detector", "Prediction"),
+    "UnreadableImageWarning": ("adsim.inference.detector", "UnreadableImageWarning"),
+    "Accumulator": ("adsim.metrics.accumulator", "Accumulator"),
+    "evaluate": ("adsim.evaluation.evaluate", "evaluate"),
+    "build_trunk_cache": ("adsim.training.cache", "build_trunk_cache"),
+    "train": ("adsim.training.train", "train"),
+    "run_protocol": ("adsim.experiments.protocol", "run"),
+    "run_table": ("adsim.experiments.table", "run"),
+}
+__all__ = sorted((*_SUBPACKAGES, *_EXPORTS))
+
+
+def __getattr__(name):
+    if name in _SUBPACKAGES:
+        value = importlib.import_module(f"adsim.{name}")
+    elif name in _EXPORTS:
+        module, attr = _EXPORTS[name]
+        value = getattr(importlib.import_module(module), attr)
+    else:
+        raise AttributeError(f"module 'adsim' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return list(__all__)
+
+
+_legacy.install()

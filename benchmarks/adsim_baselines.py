@@ -24,21 +24,26 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from adsim import _method as M  # noqa: E402
-from adsim.backbone import RandomWeightsWarning, build_backbone  # noqa: E402
-from adsim.baselines import anomalyclip as A  # noqa: E402
-from adsim.head import prompt_ensemble, text_embeddings  # noqa: E402
-from adsim.train import TrainConfig, make_head  # noqa: E402
 from montecarlo import machine_info, write_section  # noqa: E402
+
+from adsim.config.prompts import prompt_ensemble  # noqa: E402
+from adsim.config.run import TrainConfig  # noqa: E402
+from adsim.methods import (
+    catalog,  # noqa: E402
+    registry,  # noqa: E402
+)
+from adsim.methods.baselines import anomalyclip  # noqa: E402
+from adsim.model.backbone import RandomWeightsWarning, build_backbone  # noqa: E402
+from adsim.model.head import make_head, text_embeddings
 
 
 def methods(backbone, device):
     cfg = TrainConfig(data="d", target="Brain", out="o", method="naive", vaca=False)
     spec = backbone.spec
     head = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(backbone, prompt_ensemble())).to(device)
-    return {"naive (head)": M.HeadMethod(backbone, head, scoring="logit_max", name="naive").eval(),
-            "winclip": M.zero_shot("winclip")(backbone),
-            "anomalyclip": A.AnomalyCLIP(backbone, A.PromptLearner(backbone).to(device)).eval()}
+    return {"naive (head)": registry.HeadMethod(backbone, head, scoring="logit_max", name="naive").eval(),
+            "winclip": catalog.zero_shot("winclip")(backbone),
+            "anomalyclip": anomalyclip.AnomalyCLIP(backbone, anomalyclip.PromptLearner(backbone).to(device)).eval()}
 
 
 def sync(device):

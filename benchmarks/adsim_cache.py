@@ -35,14 +35,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from adsim import data as D  # noqa: E402
-from adsim import distributed as DD  # noqa: E402
-from adsim.backbone import BACKBONES, RandomWeightsWarning, build_backbone  # noqa: E402
-from adsim.cache import build_trunk_cache  # noqa: E402
-from adsim.head import _score, adapter_bottlenecks, features, prompt_ensemble, text_embeddings  # noqa: E402
-from adsim.toy import make_toy_bmad  # noqa: E402
-from adsim.train import TrainConfig, make_head, make_optimizer, train_epoch  # noqa: E402
 from montecarlo import machine_info, write_section  # noqa: E402
+
+from adsim.config.choices import BACKBONES  # noqa: E402
+from adsim.config.prompts import prompt_ensemble
+from adsim.config.run import TrainConfig  # noqa: E402
+from adsim.data import bmad  # noqa: E402
+from adsim.data.domains import DOMAINS, SPLITS
+from adsim.data.toy import make_toy_bmad  # noqa: E402
+from adsim.model.backbone import RandomWeightsWarning, build_backbone
+from adsim.model.head import adapter_bottlenecks, features, make_head, text_embeddings
+from adsim.model.head import features_from_bottlenecks as _score  # noqa: E402
+from adsim.runtime import distributed  # noqa: E402
+from adsim.training.cache import build_trunk_cache  # noqa: E402
+from adsim.training.train import make_optimizer, train_epoch
 
 TITLE = "adsim frozen-trunk cache (CPU, tiny backbone)"
 
@@ -51,7 +57,7 @@ def cache_bytes_per_image(name: str) -> tuple:
     """``(tokens (1 + N), width W, image size S, bytes per image)`` of ``adsim.cache`` for a backbone."""
     cfg_name, size = BACKBONES[name]
     if name == "tiny":
-        from adsim.backbone import _register_tiny
+        from adsim.model.backbone import _register_tiny
         _register_tiny()
     vision = open_clip.get_model_config(cfg_name)["vision_cfg"]
     n_tokens = 1 + (size // vision["patch_size"]) ** 2
@@ -60,7 +66,7 @@ def cache_bytes_per_image(name: str) -> tuple:
 
 def bmad_counts(root) -> dict:
     """Images per domain (valid + test) of a BMAD copy in the MVFA layout."""
-    return {d: sum(len(D.list_split(root, d, s)) for s in D.SPLITS) for d in D.DOMAINS}
+    return {d: sum(len(bmad.list_split(root, d, s)) for s in SPLITS) for d in DOMAINS}
 
 
 def _run(args, root):
@@ -69,8 +75,8 @@ def _run(args, root):
         backbone = build_backbone("tiny", seed=0)
     spec, device = backbone.spec, torch.device("cpu")
     cfg = TrainConfig(data=str(root), target="Brain", out="", backbone="tiny", batch_size=args.batch_size)
-    samples = [s for d in D.DOMAINS if d != "Brain" for sp in D.SPLITS for s in D.list_split(root, d, sp)]
-    images = D.ImageDataset(samples, spec.image_size)
+    samples = [s for d in DOMAINS if d != "Brain" for sp in SPLITS for s in bmad.list_split(root, d, sp)]
+    images = bmad.ImageDataset(samples, spec.image_size)
     t0, c0 = time.perf_counter(), time.process_time()
     cache = build_trunk_cache(backbone, images, device=device, batch_size=args.batch_size)
     build_s = (time.perf_counter() - t0, time.process_time() - c0)
@@ -87,7 +93,7 @@ def _run(args, root):
     for epoch in range(args.epochs):
         for r in runs.values():  # alternate: both modes see the same machine load
             loader = torch.utils.data.DataLoader(r["dataset"], batch_size=args.batch_size,
-                                                 sampler=DD.sampler(r["dataset"], 0, epoch, DD.world()))
+                                                 sampler=distributed.sampler(r["dataset"], 0, epoch, distributed.world()))
             t0, c0 = time.perf_counter(), time.process_time()
             out = train_epoch(cfg, r["head"], r["opt"], scaler, loader, r["fwd"], spec.grid, device, None)
             r["seconds"].append(time.perf_counter() - t0)
@@ -135,7 +141,7 @@ def run(args) -> str:
         per = cache_bytes_per_image("ViT-L-14-336")[3]
         lines += ["", f"BMAD copy at `{args.bmad}` (valid + test per domain): {counts}.", "",
                   "| zero-shot target | training images | ViT-L-14-336 cache (GB) |", "|---|---:|---:|"]
-        for target in D.DOMAINS:
+        for target in DOMAINS:
             k = sum(v for d, v in counts.items() if d != target)
             lines.append(f"| {target} | {k} | {k * per / 1e9:.1f} |")
     else:

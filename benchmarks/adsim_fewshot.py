@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from adsim.fewshot import nn_distance  # noqa: E402
 from montecarlo import call_times, machine_info, write_section  # noqa: E402
+
+from adsim.methods.fewshot import nn_distance  # noqa: E402
 
 TITLE = "adsim few-shot memory bank (CPU, ViT-L-14-336 sizes, random features)"
 N, E, L = 576, 768, 4

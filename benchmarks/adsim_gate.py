@@ -39,13 +39,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from adsim import data as D  # noqa: E402
 from montecarlo import append_table, call_times  # noqa: E402  (benchmarks/, the script's folder)
-from adsim.backbone import RandomWeightsWarning, build_backbone  # noqa: E402
-from adsim.head import features, prompt_ensemble, text_embeddings  # noqa: E402
-from adsim.matching import CentroidBank, match  # noqa: E402
-from adsim.toy import make_toy_bmad  # noqa: E402
-from adsim.train import TrainConfig, make_head, objective  # noqa: E402
+
+from adsim.config.prompts import prompt_ensemble
+from adsim.config.run import TrainConfig  # noqa: E402
+from adsim.data import bmad  # noqa: E402
+from adsim.data.domains import DOMAINS
+from adsim.data.toy import make_toy_bmad  # noqa: E402
+from adsim.model.backbone import RandomWeightsWarning, build_backbone  # noqa: E402
+from adsim.model.head import features, make_head, text_embeddings  # noqa: E402
+from adsim.model.matching import CentroidBank, match  # noqa: E402
+from adsim.model.objective import objective
 
 
 def _median_s(fn, *, warmup: int, iters: int) -> float:
@@ -60,10 +64,10 @@ def gate_inputs(root: Path, n_images: int, seed: int) -> list:
         bb = build_backbone("tiny", seed=seed)
     cfg = TrainConfig(data=str(root), target="Brain", out="")
     head = make_head(cfg, bb.spec.width, bb.spec.embed_dim, text_embeddings(bb, prompt_ensemble()))
-    samples = [s for d in D.DOMAINS if d != "Brain" for sp in cfg.train_splits for s in D.list_split(root, d, sp)]
+    samples = [s for d in DOMAINS if d != "Brain" for sp in cfg.train_splits for s in bmad.list_split(root, d, sp)]
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(samples))
-    ds = D.ImageDataset([samples[i] for i in order[: 2 * n_images]], bb.spec.image_size)
+    ds = bmad.ImageDataset([samples[i] for i in order[: 2 * n_images]], bb.spec.image_size)
     batches, calls = [], []
     original = head.centroids.step
 

@@ -36,8 +36,9 @@ from sklearn.metrics import average_precision_score, precision_recall_curve, roc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from adsim.metrics import DEFAULT_BINS, FPR_LIMIT, Accumulator, area_to  # noqa: E402
 from montecarlo import append_table  # noqa: E402  (benchmarks/, the script's folder)
+
+from adsim.metrics.accumulator import DEFAULT_BINS, FPR_LIMIT, Accumulator, area_to  # noqa: E402
 
 KEYS = ("pixel_auroc", "pixel_ap", "pixel_f1max", "aupro")
 

@@ -53,8 +53,8 @@ def child(run: str, folder: str, mode: str, batch_size: int, threads: int, refer
     import numpy as np
     import torch
     torch.set_num_threads(threads)
-    from adsim.backbone import RandomWeightsWarning
-    from adsim.detector import Detector
+    from adsim.inference.detector import Detector
+    from adsim.model.backbone import RandomWeightsWarning
     warnings.simplefilter("ignore", RandomWeightsWarning)
     det = Detector.from_run(run, device="cpu")
     files = sorted(Path(folder).iterdir())
@@ -68,10 +68,10 @@ def child(run: str, folder: str, mode: str, batch_size: int, threads: int, refer
     res = {"n": len(pred.paths), "mode": mode, "seconds": seconds, "rss_load": rss_load, "rss_peak": _vm("VmHWM")}
     shutil.rmtree(out)
     if reference:
-        from adsim import data as D
-        from adsim.head import features, image_scores
+        from adsim.data import bmad
+        from adsim.model.head import features, image_scores
         method = det.method
-        loader = torch.utils.data.DataLoader(D.ImageDataset([D.Sample(p, 0, None, "") for p in files],
+        loader = torch.utils.data.DataLoader(bmad.ImageDataset([bmad.Sample(p, 0, None, "") for p in files],
                                                             method.image_size, clip_norm=method.clip_norm),
                                              batch_size=batch_size)
         t = time.perf_counter()
@@ -109,10 +109,10 @@ def main(argv=None) -> str:
         return ""
 
     import torch
-
-    from adsim.__main__ import main as adsim_main
-    from adsim.toy import make_toy_bmad
     from montecarlo import machine_info, write_section
+
+    from adsim.cli.main import main as adsim_main
+    from adsim.data.toy import make_toy_bmad
     work = Path(tempfile.mkdtemp(prefix="adsim_predict_bench_"))
     try:
         with warnings.catch_warnings():

@@ -35,16 +35,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def worker(a) -> dict:
     import torch
 
-    from adsim import protocol as P
-    from adsim import recipes as R
-    from adsim import sim as S
-    from adsim import sources
-    from adsim._protocol_cli import SIM_TRAINING
+    from adsim.cli.protocol import SIM_TRAINING
+    from adsim.config import recipes
+    from adsim.data import sim
+    from adsim.experiments import protocol, sources
 
-    rec = R.get(a.recipe)
-    params = S.validate(S.SimParams()._replace(n_train=a.n_train, n_test=a.n_test))
+    rec = recipes.get(a.recipe)
+    params = sim.validate(sim.SimParams()._replace(n_train=a.n_train, n_test=a.n_test))
     bs = rec.batch_size if a.recipe == "authors" else SIM_TRAINING["batch_size"]
-    settings = P.Settings(recipe=R.as_dict(rec), data="simulated", sim=params._asdict(), epochs=a.epochs,
+    settings = protocol.Settings(recipe=recipes.as_dict(rec), data="simulated", sim=params._asdict(), epochs=a.epochs,
                           batch_size=bs, lr=SIM_TRAINING["lr"])
     torch.set_num_threads(1)  # as protocol.run
     src = sources.simulated(params, a.seed)
@@ -54,7 +53,7 @@ def worker(a) -> dict:
         t0 = time.perf_counter()
         if prof:
             prof.enable()
-        cell = P.run_cell(src, settings, a.target, a.method, "hardest", rec.protocol_mode, a.seed,
+        cell = protocol.run_cell(src, settings, a.target, a.method, "hardest", rec.protocol_mode, a.seed,
                           ("AC", "AS"))
         if prof:
             prof.disable()

@@ -16,16 +16,17 @@ import time
 
 import torch
 
-from adsim import protocol as P
-from adsim import recipes as R
-from adsim import sim as S
-from adsim import sources
-from adsim.train import config_from_recipe, make_head, make_optimizer, train_epoch
+from adsim.config import recipes
+from adsim.config.run import config_from_recipe
+from adsim.data import sim
+from adsim.experiments import protocol, sources
+from adsim.model.head import make_head
+from adsim.training.train import make_optimizer, train_epoch
 
 
 def one_pass(source, recipe, batch_size: int) -> tuple:
-    spec = P.METHODS["match-geodesic-vaca"]
-    rec = R.override(recipe, method=spec["method"], metric=spec["metric"], vaca=spec["vaca"], epochs=1,
+    spec = protocol.METHODS["match-geodesic-vaca"]
+    rec = recipes.override(recipe, method=spec["method"], metric=spec["metric"], vaca=spec["vaca"], epochs=1,
                      batch_size=batch_size, lr=3e-3)
     cfg = config_from_recipe(rec, data="simulated", target="Brain", out="", seed=0, precision="fp32")
     torch.manual_seed(0)
@@ -44,8 +45,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(1)  # as the protocol runs
-    source = sources.simulated(S.SimParams(), 0)
-    recipe = R.get("authors")
+    source = sources.simulated(sim.SimParams(), 0)
+    recipe = recipes.get("authors")
     one_pass(source, recipe, args.batch_sizes[0])  # warm-up (JIT of the sequential gate)
     res = {}
     for bs in args.batch_sizes:

@@ -86,10 +86,11 @@ def _compile_child(args) -> None:
 
     torch.set_num_threads(args.threads)
     torch._inductor.config.cpp.enable_kernel_profile = True  # each fused kernel a profiler event
-    from adsim import _compile as C
-    from adsim.backbone import RandomWeightsWarning, build_backbone
-    from adsim.head import prompt_ensemble, text_embeddings, trunk_tokens
-    from adsim.train import TrainConfig, make_head
+    from adsim.config.prompts import prompt_ensemble
+    from adsim.config.run import TrainConfig
+    from adsim.model.backbone import RandomWeightsWarning, build_backbone
+    from adsim.model.head import make_head, text_embeddings, trunk_tokens
+    from adsim.training import compiled_step
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RandomWeightsWarning)
@@ -115,7 +116,7 @@ def _compile_child(args) -> None:
         torch.manual_seed(0)
         heads = {"eager": make_head(cfg, spec.width, spec.embed_dim, text).train()}
         heads["compiled"] = copy.deepcopy(heads["eager"])
-        compiled = C.compiled_loss(cfg, heads["compiled"], bb, spec.grid, mode="default", backend="inductor")
+        compiled = compiled_step.compiled_loss(cfg, heads["compiled"], bb, spec.grid, mode="default", backend="inductor")
         state = copy.deepcopy(heads["eager"].state_dict())
 
         def reset(kind):  # every call from the same centroids / VACA statistics, not timed
@@ -124,7 +125,7 @@ def _compile_child(args) -> None:
 
         def call(kind):
             if kind == "eager":
-                loss = C.post_trunk_loss(cfg, heads[kind], bb, tokens, batch, spec.grid)[0]
+                loss = compiled_step.post_trunk_loss(cfg, heads[kind], bb, tokens, batch, spec.grid)[0]
             else:
                 loss = compiled(cfg, heads[kind], tokens, batch)[0]
             loss.backward()

@@ -22,7 +22,7 @@ from triton.compiler import ASTSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adsim import _gate_triton  # noqa: E402
+from adsim.model import gate_triton as _gate_triton  # noqa: E402
 
 WARPS = (1, 2, 4, 8)
 POINTERS = ("f_ptr", "lab_ptr", "c_ptr", "init_ptr", "acc_ptr", "r_ptr", "c_out_ptr")

@@ -55,11 +55,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from montecarlo import append_table  # noqa: E402  (benchmarks/, the script's folder)
-from adsim.backbone import RandomWeightsWarning, build_backbone, frozen_tokens  # noqa: E402
-from adsim import _compile  # noqa: E402
-from adsim.head import features, prompt_ensemble, text_embeddings, trunk_tokens  # noqa: E402
-from adsim.matching import CentroidBank, match, match_sequential  # noqa: E402
-from adsim.train import TrainConfig, make_head, objective  # noqa: E402
+
+from adsim.config.prompts import prompt_ensemble
+from adsim.config.run import TrainConfig  # noqa: E402
+from adsim.model.backbone import RandomWeightsWarning, build_backbone, frozen_tokens  # noqa: E402
+from adsim.model.head import features, make_head, text_embeddings, trunk_tokens  # noqa: E402
+from adsim.model.matching import CentroidBank, match, match_sequential  # noqa: E402
+from adsim.model.objective import objective
+from adsim.training import compile as _compile  # noqa: E402
 
 
 def _sync(device):
@@ -173,7 +176,7 @@ def _compiled_gates(args, bank, slots, device, kw) -> float:
 def _triton_variant(call, kernel: str, num_warps: int):
     """``call`` with ``match_sequential``'s Triton kernel (``adsim._gate_triton.gate_decisions``, looked up
     at call time) fixed to ``kernel`` at ``num_warps``; the module's function is restored after each call."""
-    from adsim import _gate_triton
+    from adsim.model import gate_triton as _gate_triton
 
     gate = _gate_triton.gate_decisions
     variant = partial(gate, kernel=kernel, num_warps=num_warps)
@@ -271,7 +274,7 @@ def run(args) -> str:
     triton_rows = [("chords", None), ("chords", 2), ("chords", 8), ("dots", None), ("dots", 2), ("dots", 4)]
     t_gates_triton = best_triton = None
     if device.type == "cuda":
-        from adsim import _gate_triton
+        from adsim.model import gate_triton as _gate_triton
 
         for kernel, warps in triton_rows:
             default = _gate_triton.default_num_warps(kernel, spec.embed_dim)

@@ -41,7 +41,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import jax
 
-    from poolsim import _engine, experiments as ex
+    from poolsim import _engine
+    from poolsim import experiments as ex
 
     dev = jax.devices()[0]
     if dev.platform != "gpu" and not args.allow_cpu:
@@ -84,7 +85,8 @@ def _profile(chunk: int) -> list[str]:
     import jax
     import jax.numpy as jnp
 
-    from poolsim import _engine, _rng, experiments as ex
+    from poolsim import _engine, _rng
+    from poolsim import experiments as ex
 
     spec, _ = ex.spec("domain_addition", materialize=False, chunk=chunk)
     draw_fn, est_fn = _engine._compiled(spec, "float32")

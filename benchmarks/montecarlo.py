@@ -32,7 +32,6 @@ import time
 
 import numpy as np
 
-
 NOTE = ("What changed (issue 11, third pass, aimed at the sufficient-statistics path; the baseline "
         "column is main before it). Per-seed results against the baseline engine on "
         "`domain_addition`, both paths, 1,000 seeds (and 2,048 sufficient): bit-identical (every "
@@ -112,7 +111,8 @@ def call_times(fn, *, iters: int, warmup: int = 0) -> list[float]:
 
 
 def time_reference(S: int) -> float:
-    from poolsim import _reference, experiments as ex
+    from poolsim import _reference
+    from poolsim import experiments as ex
 
     P = {**ex.COMMON, **ex.EXPERIMENTS["domain_addition"].defaults}
     kw = {k: P[k] for k in ("Ks", "n", "sigma", "tau", "every", "radius", "gamma", "jitter", "d",
@@ -148,7 +148,8 @@ def load_engine(rev: str | None):
 
 def time_engine(S: int, engine=None, **params) -> tuple[float, float]:
     """(first call incl. compile, best of two warm calls) in seconds."""
-    from poolsim import _engine as current, experiments as ex
+    from poolsim import _engine as current
+    from poolsim import experiments as ex
 
     spec, P = ex.spec("domain_addition", **params)
     _engine = engine or current
@@ -172,7 +173,8 @@ def profile(S: int = 2048) -> str:
     import jax
     import jax.numpy as jnp
 
-    from poolsim import _engine, _rng, experiments as ex
+    from poolsim import _engine, _rng
+    from poolsim import experiments as ex
 
     def best(f, *a):
         return 1e3 * min(call_times(lambda: jax.block_until_ready(f(*a)), iters=3, warmup=1))

@@ -7,6 +7,8 @@ from . import flows as flows
 from . import metadist as metadist
 from . import theory as theory
 from ._da import da_score as da_score
+from ._io import atomic_write as atomic_write
+from ._io import atomic_write_text as atomic_write_text
 from ._multimodal import MultiMatched as MultiMatched
 from ._multimodal import match_multimodal as match_multimodal
 from ._strategies import Matched as Matched
@@ -19,3 +21,6 @@ from ._verdict import Verdict as Verdict
 from ._verdict import decide as decide_claim
 
 __version__ = "0.1.0"
+__all__ = ["Matched", "MultiMatched", "Pooled", "Subsampled", "Verdict", "atomic_write", "atomic_write_text",
+           "da_score", "decide_claim", "flows", "match", "match_multimodal", "metadist", "naive_pool", "subsample",
+           "theory"]

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
-import tempfile
 from typing import Callable, NamedTuple
 
 import numpy as np
+
+from ._io import atomic_write_text
 
 SIGMA = 0.8  # the paper's synthetic sigma (Appendix)
 HIGH_P = 0.9  # "with high probability" / "non-deterioration regime": a share >= 0.9 (our cut)
@@ -518,7 +518,7 @@ def example1(ctx: Context):
     K0 = 10
     mu2 = np.asarray(md(jax.random.key(501), 2000 * K0)).reshape(2000, K0)
     hit = np.any(mu2 > 0, axis=1)
-    setup = f"mu_k = mu* + c w.p. p, else mu* (p=0.1, c=5, mu*=0)"
+    setup = "mu_k = mu* + c w.p. p, else mu* (p=0.1, c=5, mu*=0)"
     return [Row("Example 1: P(at least one of K domains at mu*+c) = 1-(1-p)^K",
                 f"{setup}; 2000 reps of K={K0}",
                 f"{_prop(int(hit.sum()), hit.size)} vs 1-(1-p)^10 = {1 - (1 - p) ** K0:.3f}", HOLDS,
@@ -871,22 +871,6 @@ def render(rows: list[Row], seeds: int) -> str:
     return "\n".join(head + body) + "\n"
 
 
-def write_atomic(path: str, text: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".claims-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        mask = os.umask(0o022)  # mkstemp makes 0600; give the usual 0666 & ~umask
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m poolsim.audit", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="docs/claims.md", help="output markdown file (default: %(default)s)")
@@ -899,7 +883,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 20:
         ap.error(f"--seeds must be an integer >= 20, got {args.seeds}")
     rows = run(args.seeds, progress=not args.quiet)
-    write_atomic(args.out, render(rows, args.seeds))
+    atomic_write_text(args.out, render(rows, args.seeds))
     print(f"wrote {len(rows)} claims to {args.out}", file=sys.stderr)
     return 0
 

@@ -35,15 +35,15 @@ os.umask(_UMASK)  # ... and put it back
 REFERENCE = textwrap.dedent("""
     import json, sys
     import numpy as np
-    from poolsim import experiments as E
+    from poolsim import experiments
     S = int(sys.argv[2]); out = {}
     def means(df, by):
-        return {"|".join(map(str, k)): (v.mean(), *E.ci95(v)[1:]) for k, v in df.groupby(by)["eps"]}
+        return {"|".join(map(str, k)): (v.mean(), *experiments.ci95(v)[1:]) for k, v in df.groupby(by)["eps"]}
     for key, name, kw in [("asymptotic", "asymptotic", {}), ("domain_addition", "domain_addition", {}),
                           ("symmetric_balanced", "symmetric", {"layout": "balanced"}),
                           ("symmetric_gaussian", "symmetric", {"layout": "gaussian"})]:
-        res, P = E.simulate(name, seeds=S, **kw)
-        df = E.frame(name, res, P)
+        res, P = experiments.simulate(name, seeds=S, **kw)
+        df = experiments.frame(name, res, P)
         out[key] = means(df, ["strategy", "K"])
         if name == "domain_addition":
             piv = df.pivot_table(index=["strategy", "seed"], columns="K", values="eps")

@@ -39,8 +39,8 @@ def test_adsim_python_example_runs(tmp_path):
     """The adsim block of "Use it on your own images", on a 1-epoch tiny run and 4 toy images (its paths
     replaced by temporary ones)."""
     pytest.importorskip("torch")
-    from adsim.__main__ import main
-    from adsim.toy import make_toy_bmad
+    from adsim.cli.main import main
+    from adsim.data.toy import make_toy_bmad
     (code,) = [b for b in _blocks("python") if "from adsim import Detector" in b]
     toy = make_toy_bmad(tmp_path / "toy", n_per_class=2, size=64, seed=0)
     run = tmp_path / "run"

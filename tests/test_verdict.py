@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from poolsim import _verdict as V
+from poolsim import _verdict as verdict
 from poolsim import decide_claim
 
 
@@ -26,7 +26,7 @@ def test_interval_is_the_student_t_interval_of_the_paired_differences():
     assert v.n_seeds == n and v.threshold == 0.0 and v.side == "greater"
     assert v.estimate == pytest.approx(0.5, abs=1e-12)
     assert (v.ci_low, v.ci_high) == pytest.approx((0.5 - half, 0.5 + half), abs=1e-12)
-    assert v.verdict == V.HOLDS  # interval [0.10, 0.90] lies above 0
+    assert v.verdict == verdict.HOLDS  # interval [0.10, 0.90] lies above 0
 
 
 def test_pairing_matters_unpaired_intervals_would_overlap():
@@ -36,13 +36,13 @@ def test_pairing_matters_unpaired_intervals_would_overlap():
     common = np.random.default_rng(3).normal(size=n) * 10
     a = common + _shifted_noise(n, 0.5, sd=0.1, seed=4)
     v = decide_claim(a, common, threshold=0.0)
-    assert v.verdict == V.HOLDS and v.ci_low > 0.45
+    assert v.verdict == verdict.HOLDS and v.ci_low > 0.45
 
 
 @pytest.mark.parametrize("mean, side, want", [
-    (0.5, "greater", V.HOLDS), (-0.5, "greater", V.DOES_NOT_HOLD),
-    (-0.5, "less", V.HOLDS), (0.5, "less", V.DOES_NOT_HOLD),
-    (0.05, "greater", V.INCONCLUSIVE), (0.05, "less", V.INCONCLUSIVE)])
+    (0.5, "greater", verdict.HOLDS), (-0.5, "greater", verdict.DOES_NOT_HOLD),
+    (-0.5, "less", verdict.HOLDS), (0.5, "less", verdict.DOES_NOT_HOLD),
+    (0.05, "greater", verdict.INCONCLUSIVE), (0.05, "less", verdict.INCONCLUSIVE)])
 def test_three_outcomes(mean, side, want):
     # n = 100, sd 1: half-width t_{.975,99}/10 = 0.198, so |mean| = 0.5 is decided, 0.05 is not
     v = decide_claim(_shifted_noise(100, mean), threshold=0.0, side=side)
@@ -51,23 +51,23 @@ def test_three_outcomes(mean, side, want):
 
 def test_threshold_shifts_the_decision():
     d = _shifted_noise(100, 0.5)  # interval [0.30, 0.70]
-    assert decide_claim(d, threshold=0.2).verdict == V.HOLDS
-    assert decide_claim(d, threshold=0.5).verdict == V.INCONCLUSIVE
-    assert decide_claim(d, threshold=0.8).verdict == V.DOES_NOT_HOLD
+    assert decide_claim(d, threshold=0.2).verdict == verdict.HOLDS
+    assert decide_claim(d, threshold=0.5).verdict == verdict.INCONCLUSIVE
+    assert decide_claim(d, threshold=0.8).verdict == verdict.DOES_NOT_HOLD
 
 
 @pytest.mark.parametrize("n", [1, 2, 10, 29])
 def test_few_seeds_are_inconclusive_without_an_interval(n):
     # a huge, noiseless effect: still no verdict below MIN_SEEDS = 30 seeds
     v = decide_claim(np.full(n, 5.0), threshold=0.0)
-    assert v.verdict == V.INCONCLUSIVE
+    assert v.verdict == verdict.INCONCLUSIVE
     assert math.isnan(v.ci_low) and math.isnan(v.ci_high) and v.n_seeds == n
-    assert "no interval" in V.fmt(v)
+    assert "no interval" in verdict.fmt(v)
 
 
 def test_exactly_min_seeds_is_decided():
-    v = decide_claim(_shifted_noise(V.MIN_SEEDS, 3.0), threshold=0.0)
-    assert v.verdict == V.HOLDS and v.n_seeds == 30
+    v = decide_claim(_shifted_noise(verdict.MIN_SEEDS, 3.0), threshold=0.0)
+    assert v.verdict == verdict.HOLDS and v.n_seeds == 30
 
 
 def test_non_finite_pairs_are_dropped_pairwise():
@@ -76,8 +76,8 @@ def test_non_finite_pairs_are_dropped_pairwise():
     a[:5] = np.nan
     b[5:8] = np.inf
     v = decide_claim(a, b)
-    assert v.n_seeds == 32 and v.verdict == V.HOLDS
-    assert decide_claim([np.nan] * 40).verdict == V.INCONCLUSIVE
+    assert v.n_seeds == 32 and v.verdict == verdict.HOLDS
+    assert decide_claim([np.nan] * 40).verdict == verdict.INCONCLUSIVE
 
 
 def test_bad_arguments_raise_naming_them():
@@ -93,18 +93,18 @@ def test_bad_arguments_raise_naming_them():
 
 def test_fmt_shows_interval_and_seeds():
     v = decide_claim(_shifted_noise(100, 0.5))
-    assert V.fmt(v).startswith("holds: +0.5 [+0.302, +0.698], 100 seeds")
+    assert verdict.fmt(v).startswith("holds: +0.5 [+0.302, +0.698], 100 seeds")
 
 
 def test_no_counterexample_uses_clopper_pearson_and_any_violation_decides():
-    v = V.no_counterexample(np.zeros(100))
+    v = verdict.no_counterexample(np.zeros(100))
     # Clopper-Pearson upper bound for 0 of 100: 1 - 0.025^(1/100) = 0.0362 (closed form)
-    assert v.verdict == V.HOLDS and v.ci_low == 0.0
+    assert v.verdict == verdict.HOLDS and v.ci_low == 0.0
     assert v.ci_high == pytest.approx(1 - 0.025 ** (1 / 100), rel=1e-9)
     w = np.zeros(100)
     w[7] = 2
-    assert V.no_counterexample(w).verdict == V.DOES_NOT_HOLD
-    assert V.no_counterexample(np.zeros(29)).verdict == V.INCONCLUSIVE
+    assert verdict.no_counterexample(w).verdict == verdict.DOES_NOT_HOLD
+    assert verdict.no_counterexample(np.zeros(29)).verdict == verdict.INCONCLUSIVE
 
 
 def test_all_of_reports_the_deciding_part():
@@ -112,14 +112,14 @@ def test_all_of_reports_the_deciding_part():
     weak = decide_claim(_shifted_noise(100, 0.3))
     bad = decide_claim(_shifted_noise(100, -0.5))
     undecided = decide_claim(_shifted_noise(100, 0.05))
-    assert V.all_of([good, weak]) == (weak, 1)  # both hold: the weaker one is reported
-    assert V.all_of([good, undecided, weak])[0].verdict == V.INCONCLUSIVE
-    assert V.all_of([good, undecided, bad]) == (bad, 2)
+    assert verdict.all_of([good, weak]) == (weak, 1)  # both hold: the weaker one is reported
+    assert verdict.all_of([good, undecided, weak])[0].verdict == verdict.INCONCLUSIVE
+    assert verdict.all_of([good, undecided, bad]) == (bad, 2)
 
 
 def test_within_is_two_one_sided_decisions():
-    assert V.within(_shifted_noise(100, 0.0, sd=0.1), margin=0.1).verdict == V.HOLDS
-    assert V.within(_shifted_noise(100, 0.5, sd=0.1), margin=0.1).verdict == V.DOES_NOT_HOLD
-    assert V.within(_shifted_noise(100, 0.1, sd=1.0), margin=0.1).verdict == V.INCONCLUSIVE
+    assert verdict.within(_shifted_noise(100, 0.0, sd=0.1), margin=0.1).verdict == verdict.HOLDS
+    assert verdict.within(_shifted_noise(100, 0.5, sd=0.1), margin=0.1).verdict == verdict.DOES_NOT_HOLD
+    assert verdict.within(_shifted_noise(100, 0.1, sd=1.0), margin=0.1).verdict == verdict.INCONCLUSIVE
     with pytest.raises(ValueError, match="margin"):
-        V.within(np.zeros(40), margin=0)
+        verdict.within(np.zeros(40), margin=0)

@@ -29,6 +29,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .._io import file_mode
+
 FORMATS = ("png", "pdf", "svg")
 DEFAULT_SEEDS = 1000
 PAPER_SEEDS = 10
@@ -104,7 +106,7 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
     S = _data.n_seeds(seeds, quick)
     jobs = [job for m in modules for job in getattr(m, "SIMULATIONS", [])]
     tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=out))
-    mode = 0o666 & ~_umask()
+    mode = file_mode()
 
     stop = threading.Event()  # set when this thread fails: the background figure stops early
 
@@ -158,12 +160,6 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
         stop.set()
         background.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _sections(text: str) -> dict:

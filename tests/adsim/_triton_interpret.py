@@ -12,8 +12,8 @@ import sys
 
 import torch
 
-from adsim import _gate_triton
-from adsim.matching import match_sequential
+from adsim.model import gate_triton as _gate_triton
+from adsim.model.matching import match_sequential
 
 
 def main(cases_path: str, out_path: str) -> None:

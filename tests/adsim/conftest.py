@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from adsim.backbone import RandomWeightsWarning, build_backbone  # noqa: E402
-from adsim.toy import make_toy_bmad  # noqa: E402
+from adsim.data.toy import make_toy_bmad  # noqa: E402
+from adsim.model.backbone import RandomWeightsWarning, build_backbone  # noqa: E402
 
 
 @pytest.fixture(scope="session")

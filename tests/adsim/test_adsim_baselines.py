@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from adsim import _method as M
-from adsim import recipes as R
-from adsim.__main__ import main
-from adsim._io import load_torch, read_json
-from adsim.baselines import anomalyclip as A
-from adsim.baselines import winclip as W
-from adsim.detector import Detector
-from adsim.train import config_from_recipe, train
+from adsim.cli.main import main
+from adsim.config import recipes
+from adsim.config.run import config_from_recipe
+from adsim.inference.detector import Detector
+from adsim.methods import catalog, registry
+from adsim.methods.baselines import anomalyclip, winclip
+from adsim.runtime.io import load_torch, read_json
+from adsim.training.train import train
 
-pytestmark = pytest.mark.filterwarnings("ignore::adsim.backbone.RandomWeightsWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 TRAIN_RUN = dict(target="Brain", train_domains=("Liver", "Chest"), backbone="tiny", seed=0, device="cpu")
 
 
@@ -28,7 +28,7 @@ def _rebuild(run):
 
 
 def _train(toy_root, out, recipe: str, **changes):
-    r = R.override(R.get(recipe), **{"epochs": 1, "batch_size": 8, "select": "last", **changes})
+    r = recipes.override(recipes.get(recipe), **{"epochs": 1, "batch_size": 8, "select": "last", **changes})
     return train(config_from_recipe(r, data=str(toy_root), out=str(out), **TRAIN_RUN), progress=False)
 
 
@@ -36,8 +36,8 @@ def _train(toy_root, out, recipe: str, **changes):
 def runs(toy_root, tmp_path_factory):
     """One 1-epoch run folder per registered TRAINED method (its recipe if there is one, else ``clean``)."""
     out = {}
-    for name in sorted(M.TRAINED):
-        recipe = name if name in R.names() else "clean"
+    for name in sorted(registry.TRAINED):
+        recipe = name if name in recipes.names() else "clean"
         out[name] = _train(toy_root, tmp_path_factory.mktemp(f"run_{name}"), recipe, method=name,
                            gate_mode="batched" if name == "match" else None)
     return out
@@ -47,18 +47,18 @@ def _images(n=6, size=64, seed=3):
     return torch.rand(n, 3, size, size, generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("kind,name", [("zero_shot", n) for n in sorted(M.ZERO_SHOT)]
-                         + [("trained", n) for n in sorted(M.TRAINED)])
+@pytest.mark.parametrize("kind,name", [("zero_shot", n) for n in sorted(registry.ZERO_SHOT)]
+                         + [("trained", n) for n in sorted(registry.TRAINED)])
 def test_every_registered_method_keeps_the_output_contract(kind, name, tiny, request):
-    method = M.zero_shot(name)(tiny) if kind == "zero_shot" else _rebuild(request.getfixturevalue("runs")[name])
-    assert isinstance(method, M.Method) and method.name == name
+    method = catalog.zero_shot(name)(tiny) if kind == "zero_shot" else _rebuild(request.getfixturevalue("runs")[name])
+    assert isinstance(method, registry.Method) and method.name == name
     spec = tiny.spec
     assert (method.image_size, method.grid) == (spec.image_size, spec.grid)
     x = _images()
     with torch.inference_mode():
         out = method(x)
         again = method(x)
-    assert isinstance(out, M.Output)
+    assert isinstance(out, registry.Output)
     assert out.scores.shape == (6,) and out.scores.dtype == torch.float32
     assert out.maps.shape == (6, 64, 64) and out.maps.dtype == torch.float32
     assert torch.isfinite(out.scores).all() and torch.isfinite(out.maps).all()
@@ -78,21 +78,21 @@ def test_every_registered_method_keeps_the_output_contract(kind, name, tiny, req
 
 def test_unknown_method_is_a_one_line_error_listing_the_names():
     with pytest.raises(ValueError, match=r"unknown zero-shot method 'nope'; must be one of \(.*'winclip'.*\)") as e:
-        M.zero_shot("nope")
+        catalog.zero_shot("nope")
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match=r"unknown trained method 'nope'; must be one of \(.*'anomalyclip'.*\)"):
-        M.trained("nope")
+        catalog.trained("nope")
     with pytest.raises(ValueError, match=r"recipe field method must be one of \('naive', 'match', 'anomalyclip'\)"):
-        R.override(R.get("clean"), method="winclip")  # winclip is training-free: no train recipe
+        recipes.override(recipes.get("clean"), method="winclip")  # winclip is training-free: no train recipe
 
 
 # ----------------------------------------------------------------------------------------------- WinCLIP
 
 def test_windows_on_a_3x3_grid():
     # the four 2x2 windows of a 3x3 grid, row-major patch indices (written out by hand)
-    assert W.windows(3, 2).tolist() == [[0, 1, 3, 4], [1, 2, 4, 5], [3, 4, 6, 7], [4, 5, 7, 8]]
-    assert W.windows(3, 3).tolist() == [list(range(9))]
-    assert W.windows(3, 1).tolist() == [[i] for i in range(9)]
+    assert winclip.windows(3, 2).tolist() == [[0, 1, 3, 4], [1, 2, 4, 5], [3, 4, 6, 7], [4, 5, 7, 8]]
+    assert winclip.windows(3, 3).tolist() == [list(range(9))]
+    assert winclip.windows(3, 1).tolist() == [[i] for i in range(9)]
 
 
 def test_harmonic_aggregation_matches_the_hand_computation():
@@ -107,7 +107,7 @@ def test_harmonic_aggregation_matches_the_hand_computation():
     # a few by hand: patch 0 -> 0.9; patch 1 -> 2 / (1/0.9 + 1/0.6) = 0.72; centre -> 4 / 11.111 = 0.36
     assert math.isclose(want[0], 0.9) and math.isclose(want[1], 0.72) and math.isclose(want[4], 0.36)
     z = torch.logit(torch.tensor([p], dtype=torch.float64)).float()
-    got = torch.sigmoid(W.harmonic_log_odds(z, W.windows(3, 2), 9).double())[0]
+    got = torch.sigmoid(winclip.harmonic_log_odds(z, winclip.windows(3, 2), 9).double())[0]
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
 
 
@@ -116,7 +116,7 @@ def test_harmonic_log_odds_do_not_saturate():
     # logit(M) = -log(mean exp(-z)) (closed form of the harmonic mean of sigmoids), in float64 by hand
     z = torch.tensor([[30.0, 40.0, 50.0, 60.0]])
     assert torch.sigmoid(z).eq(1.0).all()
-    got = W.harmonic_log_odds(z, W.windows(3, 2), 9)[0].double()
+    got = winclip.harmonic_log_odds(z, winclip.windows(3, 2), 9)[0].double()
     cover = [[0, 1, 3, 4], [1, 2, 4, 5], [3, 4, 6, 7], [4, 5, 7, 8]]
     for patch in range(9):
         zs = [float(z[0, w]) for w in range(4) if patch in cover[w]]
@@ -128,23 +128,23 @@ def test_harmonic_log_odds_do_not_saturate():
 def test_winclip_window_of_the_whole_grid_is_the_image(tiny):
     # one window covering every patch = the full token set: its embedding must be the class token's, so the
     # masked-token path is checked against the plain forward (map = image log-odds everywhere)
-    m = W.build(tiny, scales=(tiny.spec.grid,), image_score="cls")
+    m = winclip.build(tiny, scales=(tiny.spec.grid,), image_score="cls")
     with torch.inference_mode():
         out = m(_images(3))
     for s, mp in zip(out.scores, out.maps):
         torch.testing.assert_close(mp, torch.full_like(mp, float(s)), rtol=1e-4, atol=1e-4)
     # "cls+max" = log((sigmoid(z_cls) + sigmoid(max map)) / 2); here max map = z_cls, so = logsigmoid(z_cls)
-    both = W.build(tiny, scales=(tiny.spec.grid,), image_score="cls+max")
+    both = winclip.build(tiny, scales=(tiny.spec.grid,), image_score="cls+max")
     with torch.inference_mode():
         got = both(_images(3)).scores
     torch.testing.assert_close(got, torch.nn.functional.logsigmoid(out.scores), rtol=1e-4, atol=1e-5)
 
 
 def test_winclip_prompts_and_options(tiny):
-    ens = W.prompt_ensemble("object")
+    ens = winclip.prompt_ensemble("object")
     assert len(ens["normal"]) == 7 * 21 and len(ens["anomaly"]) == 4 * 21
     assert "a photo of a damaged object." in ens["anomaly"] and "a photo of a flawless object." in ens["normal"]
-    m = W.build(tiny)
+    m = winclip.build(tiny)
     torch.testing.assert_close(m.text.norm(dim=-1), torch.ones(2))
     for bad, msg in (({"scales": (0,)}, "window scale must be an integer in"),
                      ({"scales": (tiny.spec.grid + 1,)}, "window scale must be an integer in"),
@@ -153,7 +153,7 @@ def test_winclip_prompts_and_options(tiny):
                      ({"image_score": "max"}, "image_score must be one of"),
                      ({"object": ""}, "object must be a non-empty string")):
         with pytest.raises(ValueError, match=msg):
-            W.build(tiny, **bad)
+            winclip.build(tiny, **bad)
     with pytest.raises(ValueError, match=r"images must be a tensor of shape \(B, 3, 64, 64\)"):
         m(torch.rand(1, 3, 32, 32))
 
@@ -163,12 +163,12 @@ def test_winclip_prompts_and_options(tiny):
 def test_learned_prompt_path_is_the_text_encoder(tiny):
     # with the learned vectors set to the placeholder's own token embeddings, the replaced-embedding path must
     # give exactly open_clip's encode_text of the tokenised prompts
-    learner = A.PromptLearner(tiny, depth=1)  # no deep prompts
+    learner = anomalyclip.PromptLearner(tiny, depth=1)  # no deep prompts
     with torch.no_grad():
         learner.ctx.copy_(tiny.model.token_embedding(learner.tokens)[:, 1:1 + learner.n_ctx])
         want = torch.nn.functional.normalize(tiny.model.encode_text(learner.tokens).float(), dim=-1)
-        torch.testing.assert_close(A.text_features(tiny, learner), want, rtol=0, atol=1e-6)
-    assert list(A.PromptLearner(tiny).state_dict()) == ["ctx", "deep"]  # only the prompts are checkpointed
+        torch.testing.assert_close(anomalyclip.text_features(tiny, learner), want, rtol=0, atol=1e-6)
+    assert list(anomalyclip.PromptLearner(tiny).state_dict()) == ["ctx", "deep"]  # only the prompts are checkpointed
 
 
 def test_deep_prompts_replace_positions_1_to_t_before_block_1(tiny):
@@ -176,8 +176,8 @@ def test_deep_prompts_replace_positions_1_to_t_before_block_1(tiny):
     # prompts (causal attention: they see only the start token and the learned vectors). Deep prompts equal to
     # those hidden states must therefore change nothing: the result equals the path without deep prompts.
     t, model = 4, tiny.model
-    deep = A.PromptLearner(tiny, depth=2, t=t, seed=1)
-    flat = A.PromptLearner(tiny, depth=1, seed=1)
+    deep = anomalyclip.PromptLearner(tiny, depth=2, t=t, seed=1)
+    flat = anomalyclip.PromptLearner(tiny, depth=1, seed=1)
     assert deep.deep.shape == (1, t, model.token_embedding.weight.shape[1])
     with torch.no_grad():
         for lr in (deep, flat):
@@ -187,10 +187,10 @@ def test_deep_prompts_replace_positions_1_to_t_before_block_1(tiny):
         assert model.transformer.batch_first
         h = model.transformer.resblocks[0](x, attn_mask=model.attn_mask)[:, 1:1 + t]
         torch.testing.assert_close(h[0], h[1])
-        random_deep = A.text_features(tiny, deep)
+        random_deep = anomalyclip.text_features(tiny, deep)
         deep.deep[0] = h[0]
-        torch.testing.assert_close(A.text_features(tiny, deep), A.text_features(tiny, flat), rtol=1e-5, atol=1e-6)
-        assert not torch.allclose(random_deep, A.text_features(tiny, flat), atol=1e-4)  # and random ones do act
+        torch.testing.assert_close(anomalyclip.text_features(tiny, deep), anomalyclip.text_features(tiny, flat), rtol=1e-5, atol=1e-6)
+        assert not torch.allclose(random_deep, anomalyclip.text_features(tiny, flat), atol=1e-4)  # and random ones do act
 
 
 def test_dpam_is_vv_attention_beside_the_unmodified_tower(tiny):
@@ -206,11 +206,11 @@ def test_dpam_is_vv_attention_beside_the_unmodified_tower(tiny):
     with torch.no_grad():
         want = vv(h, h, h, need_weights=False)[0] if vv.batch_first else \
             vv(*(h.transpose(0, 1),) * 3, need_weights=False)[0].transpose(0, 1)
-        torch.testing.assert_close(A.vv_attention(block, h), want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(anomalyclip.vv_attention(block, h), want, rtol=1e-5, atol=1e-6)
         # the image embedding comes from the unmodified tower either way; the patch features change with DPAM
         x = _images(2)
-        img_d, p_d = A.visual_features(tiny, x, dpam=True)
-        img_o, p_o = A.visual_features(tiny, x, dpam=False)
+        img_d, p_d = anomalyclip.visual_features(tiny, x, dpam=True)
+        img_o, p_o = anomalyclip.visual_features(tiny, x, dpam=False)
         full = tiny.model.encode_image(x)
     torch.testing.assert_close(img_d, img_o, rtol=0, atol=0)
     torch.testing.assert_close(img_o, torch.nn.functional.normalize(full.float(), dim=-1), rtol=1e-5, atol=1e-6)
@@ -229,7 +229,7 @@ def test_dpam_is_vv_attention_beside_the_unmodified_tower(tiny):
             if not isinstance(pair, list):
                 pair = [pair, pair]
             new, ori = pair
-            pair = [new + A.vv_attention(blk, blk.ln_1(ori)), blk(ori)]
+            pair = [new + anomalyclip.vv_attention(blk, blk.ln_1(ori)), blk(ori)]
             if i in spec.adapter_layers:
                 ref.append(torch.nn.functional.normalize(visual.ln_post(pair[0][:, 1:]) @ visual.proj, dim=-1))
     for got, want in zip(p_d, ref):
@@ -237,22 +237,22 @@ def test_dpam_is_vv_attention_beside_the_unmodified_tower(tiny):
 
 
 def test_anomalyclip_load_refuses_a_foreign_state(tiny):
-    cfg = config_from_recipe(R.get("anomalyclip"), data="d", out="o", target="Brain")
+    cfg = config_from_recipe(recipes.get("anomalyclip"), data="d", out="o", target="Brain")
     with pytest.raises(ValueError, match="not an anomalyclip prompt state"):
-        A.load(cfg, tiny, {}, {"seg_adapters.0.down.weight": torch.zeros(1)})
-    state = A.PromptLearner(tiny).state_dict()
+        anomalyclip.load(cfg, tiny, {}, {"seg_adapters.0.down.weight": torch.zeros(1)})
+    state = anomalyclip.PromptLearner(tiny).state_dict()
     state["ctx"] = torch.zeros(2, 12, 7)  # another text width
     with pytest.raises(ValueError, match="does not fit the anomalyclip prompts of this backbone"):
-        A.load(cfg, tiny, {}, state)
+        anomalyclip.load(cfg, tiny, {}, state)
 
 
 def test_only_the_prompts_get_gradients(toy_root, tiny):
-    from adsim import data as D
-    samples = D.list_split(toy_root, "Liver", "test")
-    batch = next(iter(torch.utils.data.DataLoader(D.ImageDataset(samples, 64), batch_size=4)))
-    cfg = config_from_recipe(R.get("anomalyclip"), data="d", out="o", target="Brain")
-    learner = A.PromptLearner(tiny)
-    loss, parts = A.glocal_loss(cfg, learner, A._forward(learner, tiny, batch["image"]), batch)
+    from adsim.data import bmad
+    samples = bmad.list_split(toy_root, "Liver", "test")
+    batch = next(iter(torch.utils.data.DataLoader(bmad.ImageDataset(samples, 64), batch_size=4)))
+    cfg = config_from_recipe(recipes.get("anomalyclip"), data="d", out="o", target="Brain")
+    learner = anomalyclip.PromptLearner(tiny)
+    loss, parts = anomalyclip.glocal_loss(cfg, learner, anomalyclip._forward(learner, tiny, batch["image"]), batch)
     loss.backward()
     assert set(parts) == {"bce", "focal", "dice"} and all(torch.isfinite(v) for v in parts.values())
     assert float(parts["focal"]) > 0 and float(parts["dice"]) > 0  # Liver has masks: the pixel loss is on
@@ -268,7 +268,7 @@ def test_anomalyclip_run_folder_rebuilds_identically(runs, toy_root, tiny):
     assert record["config"]["method"] == "anomalyclip" and record["recipe"]["name"] == "anomalyclip"
     state = load_torch(run / "checkpoint_last.pt")["head"]
     assert set(state) == {"ctx", "deep"}  # no backbone weights in the checkpoint
-    assert not torch.equal(state["ctx"], A.PromptLearner(tiny, seed=0).ctx.detach())  # training moved them
+    assert not torch.equal(state["ctx"], anomalyclip.PromptLearner(tiny, seed=0).ctx.detach())  # training moved them
     hist = read_json(run / "history.json")["history"]
     assert hist[0]["steps"] == 2 and all(math.isfinite(hist[0][k]) for k in ("loss", "bce", "focal", "dice"))
     a, b = _rebuild(run), _rebuild(run)  # two fresh loads, each with its own backbone
@@ -298,7 +298,7 @@ def test_anomalyclip_checkpoint_selection_scores_the_learned_prompts(toy_root, t
 
 def test_mvfa_recipe_is_mvfa_ad():
     # MediaBrain-SJTU/MVFA-AD (docs/recipes.md column "mvfa" gives file:line for each value)
-    r = R.get("mvfa")
+    r = recipes.get("mvfa")
     assert (r.method, r.vaca) == ("naive", False)  # adapters only: no centroids, no VACA
     assert (r.clip_norm, r.adapter_bias, r.prompts) == (False, False, "mvfa_object")
     assert (r.train_splits, r.batch_size, r.epochs, r.lr) == (("test",), 1, 50, 1e-4)
@@ -329,7 +329,7 @@ def test_anomalyclip_resume_matches_an_uninterrupted_run(toy_root, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     _train(toy_root, a, "anomalyclip", epochs=2)
     _train(toy_root, b, "anomalyclip", epochs=1)
-    r = R.override(R.get("anomalyclip"), epochs=2, batch_size=8, select="last")
+    r = recipes.override(recipes.get("anomalyclip"), epochs=2, batch_size=8, select="last")
     train(config_from_recipe(r, data=str(toy_root), out=str(b), **TRAIN_RUN), resume=True, progress=False)
     sa, sb = (load_torch(p / "checkpoint_last.pt") for p in (a, b))
     assert sa["epoch"] == sb["epoch"] == 1

@@ -21,13 +21,15 @@ import json
 import pytest
 import torch
 
-from adsim import _compile as C
-from adsim import recipes as R
-from adsim.__main__ import main
-from adsim.head import prompt_ensemble, text_embeddings, trunk_tokens
-from adsim.train import config_from_recipe, make_head, make_optimizer
+from adsim.cli.main import main
+from adsim.config import recipes
+from adsim.config.prompts import prompt_ensemble
+from adsim.config.run import config_from_recipe
+from adsim.model.head import make_head, text_embeddings, trunk_tokens
+from adsim.training import compiled_step
+from adsim.training.train import make_optimizer
 
-pytestmark = pytest.mark.filterwarnings("ignore::adsim.backbone.RandomWeightsWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 
 
 class Counting:
@@ -43,7 +45,7 @@ class Counting:
 
 
 def _cfg(recipe="clean", **over):
-    cfg = config_from_recipe(R.get(recipe), data="", target="Brain", out="")
+    cfg = config_from_recipe(recipes.get(recipe), data="", target="Brain", out="")
     return cfg._replace(gate_mode="batched", **over) if cfg.method == "match" else cfg._replace(**over)
 
 
@@ -74,11 +76,11 @@ def test_compiled_step_matches_eager_for_three_steps(tiny):
     eager = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(tiny, prompt_ensemble())).train()
     comp = copy.deepcopy(eager)
     backend = Counting()
-    step = C.compiled_loss(cfg, comp, tiny, spec.grid, backend=backend, fullgraph=True)
+    step = compiled_step.compiled_loss(cfg, comp, tiny, spec.grid, backend=backend, fullgraph=True)
     opts = make_optimizer(cfg, eager), make_optimizer(cfg, comp)
     for k, batch in enumerate(_batches(spec, 3)):
         tokens = trunk_tokens(tiny, batch["image"])
-        loss_e, parts_e, ok = C.post_trunk_loss(cfg, eager, tiny, tokens, batch, spec.grid)
+        loss_e, parts_e, ok = compiled_step.post_trunk_loss(cfg, eager, tiny, tokens, batch, spec.grid)
         loss_c, parts_c = step(cfg, comp, tokens, batch)
         assert bool(ok)
         for o in opts:
@@ -121,8 +123,8 @@ def test_recipes_compile_to_one_graph(tiny, recipe):
     batch = _batches(spec, 1)[0]
     tokens = trunk_tokens(tiny, batch["image"])
     backend = Counting("eager")
-    loss_c, _ = C.compiled_loss(cfg, head, tiny, spec.grid, backend=backend, fullgraph=True)(cfg, head, tokens, batch)
-    loss_e, _, _ = C.post_trunk_loss(cfg, ref, tiny, tokens, batch, spec.grid)
+    loss_c, _ = compiled_step.compiled_loss(cfg, head, tiny, spec.grid, backend=backend, fullgraph=True)(cfg, head, tokens, batch)
+    loss_e, _, _ = compiled_step.post_trunk_loss(cfg, ref, tiny, tokens, batch, spec.grid)
     assert backend.graphs == 1
     torch.testing.assert_close(loss_c, loss_e, rtol=2e-5, atol=1e-6)
 
@@ -130,19 +132,19 @@ def test_recipes_compile_to_one_graph(tiny, recipe):
 def test_compatibility_and_modes():
     cfg = _cfg()
     with pytest.raises(ValueError, match="gate_mode='batched'"):
-        C.check_compatible(cfg._replace(gate_mode="sequential"))
+        compiled_step.check_compatible(cfg._replace(gate_mode="sequential"))
     with pytest.raises(ValueError, match="one-process"):
-        C.check_compatible(cfg, world_size=2)
+        compiled_step.check_compatible(cfg, world_size=2)
     with pytest.raises(ValueError, match="not method 'anomalyclip'"):
-        C.check_compatible(cfg._replace(method="anomalyclip"), trainer=object())
-    C.check_compatible(_cfg("mvfa"))  # the naive head: no gate at all
+        compiled_step.check_compatible(cfg._replace(method="anomalyclip"), trainer=object())
+    compiled_step.check_compatible(_cfg("mvfa"))  # the naive head: no gate at all
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
-    assert C.resolve_mode("auto", cpu) == "default" and C.resolve_mode("auto", cuda) == "reduce-overhead"
-    assert C.resolve_mode("reduce-overhead", cuda) == "reduce-overhead"
+    assert compiled_step.resolve_mode("auto", cpu) == "default" and compiled_step.resolve_mode("auto", cuda) == "reduce-overhead"
+    assert compiled_step.resolve_mode("reduce-overhead", cuda) == "reduce-overhead"
     with pytest.raises(ValueError, match="needs a CUDA device"):
-        C.resolve_mode("reduce-overhead", cpu)
+        compiled_step.resolve_mode("reduce-overhead", cpu)
     with pytest.raises(ValueError, match="compile mode must be one of"):
-        C.resolve_mode("max-autotune", cpu)
+        compiled_step.resolve_mode("max-autotune", cpu)
 
 
 def test_cli_compile_trains_like_eager_and_is_recorded(toy_root, tmp_path, monkeypatch, capsys):
@@ -151,7 +153,7 @@ def test_cli_compile_trains_like_eager_and_is_recorded(toy_root, tmp_path, monke
     logged losses (tolerance as above);
     ``--resume`` may switch it off. Incompatible settings are one-line errors before any work."""
     backend = Counting()
-    monkeypatch.setattr(C, "BACKEND", backend)
+    monkeypatch.setattr(compiled_step, "BACKEND", backend)
     common = ["train", "--data", str(toy_root), "--target", "Liver", "--train-domains", "Brain", "Histopathology",
               "--gate-mode", "batched", "--backbone", "tiny", "--batch-size", "8", "--no-progress"]
     plain, comp, cached = tmp_path / "plain", tmp_path / "comp", tmp_path / "cached"

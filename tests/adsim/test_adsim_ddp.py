@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 import torch
 
-from adsim import distributed as DD
-from adsim.__main__ import main
+from adsim.cli.main import main
+from adsim.runtime import distributed
 
-pytestmark = pytest.mark.filterwarnings("ignore::adsim.backbone.RandomWeightsWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 ROOT = Path(__file__).resolve().parents[2]
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -158,16 +158,16 @@ def test_sampler_shards_interleave_to_the_one_process_batches():
     data = list(range(23))
     for size, local in ((2, 3), (3, 2), (4, 1)):
         one = [b.tolist() for b in torch.utils.data.DataLoader(
-            data, batch_size=size * local, sampler=DD.sampler(data, 7, 3, DD.World(0, 1, 0)))]
-        ranks = [list(torch.utils.data.DataLoader(data, batch_size=local, sampler=DD.sampler(data, 7, 3, DD.World(r, size, r))))
+            data, batch_size=size * local, sampler=distributed.sampler(data, 7, 3, distributed.World(0, 1, 0)))]
+        ranks = [list(torch.utils.data.DataLoader(data, batch_size=local, sampler=distributed.sampler(data, 7, 3, distributed.World(r, size, r))))
                  for r in range(size)]
-        merged = [DD.one_process_order(torch.cat(step), size).tolist() for step in zip(*ranks)]
+        merged = [distributed.one_process_order(torch.cat(step), size).tolist() for step in zip(*ranks)]
         kept = len(data) - len(data) % size  # drop_last: the last len % size of the permutation are skipped
         assert sum(merged, []) == sum(one, [])[:kept]
         assert [len(b) for b in merged[:-1]] == [size * local] * (len(merged) - 1)
     # with one process the permutation is the one the trainer used before data parallelism
     gen = torch.Generator().manual_seed(7 + 3)
-    assert list(DD.sampler(data, 7, 3, DD.World(0, 1, 0))) == torch.randperm(23, generator=gen).tolist()
+    assert list(distributed.sampler(data, 7, 3, distributed.World(0, 1, 0))) == torch.randperm(23, generator=gen).tolist()
 
 
 def test_trunk_cache_gives_identical_training(toy_root, tmp_path):
@@ -182,10 +182,10 @@ def test_trunk_cache_gives_identical_training(toy_root, tmp_path):
 
 def test_bad_input_world_size_and_cuda(toy_root, tmp_path, capsys):
     with pytest.raises(ValueError, match="divisible by the torchrun world size 4"):
-        DD.local_batch_size(10, DD.World(0, 4, 0))
-    assert DD.local_batch_size(12, DD.World(1, 4, 1)) == 3
+        distributed.local_batch_size(10, distributed.World(0, 4, 0))
+    assert distributed.local_batch_size(12, distributed.World(1, 4, 1)) == 3
     with pytest.raises(ValueError, match="timeout"):
-        DD.setup("cpu", timeout_s=0)
+        distributed.setup("cpu", timeout_s=0)
     if torch.cuda.is_available():
         pytest.skip("CUDA present: the no-CUDA error cannot be provoked")
     assert main([*_common(toy_root, tmp_path / "r"), "--device", "cuda"]) == 2
@@ -200,12 +200,12 @@ def test_sharded_scores_are_reassembled_in_order(monkeypatch, n, size):
     items = list(range(n))
     shares = []
     for r in range(size):
-        monkeypatch.setattr(DD, "world", lambda r=r: DD.World(r, size, r))
-        shares.append(DD.shard(items))
+        monkeypatch.setattr(distributed, "world", lambda r=r: distributed.World(r, size, r))
+        shares.append(distributed.shard(items))
     assert sorted(sum(shares, [])) == items  # every item scored exactly once
     outs = [{"scores": np.array(s, dtype=float) * 10, "maps": None} if s else None for s in shares]
-    monkeypatch.setattr(DD.dist, "all_gather_object", lambda parts, obj: parts.__setitem__(slice(None), outs))
-    full = DD.gather_arrays(outs[-1], n)  # the last rank, whose share may be empty
+    monkeypatch.setattr(distributed.dist, "all_gather_object", lambda parts, obj: parts.__setitem__(slice(None), outs))
+    full = distributed.gather_arrays(outs[-1], n)  # the last rank, whose share may be empty
     assert full["maps"] is None and full["scores"].tolist() == [10.0 * i for i in items]
 
 
@@ -229,8 +229,8 @@ def test_eval_metrics_merge_the_ranks_accumulators(monkeypatch, size):
     merged and the image scores come back in sample order; the result equals one process (oracle: the
     same function with world size 1). The collectives are replaced by the lists they would deliver."""
     E = importlib.import_module("adsim.evaluate")  # adsim.evaluate the attribute is the function
-    from adsim.evaluate import split_metrics
-    from adsim.metrics import Accumulator
+    from adsim.evaluation.evaluate import split_metrics
+    from adsim.metrics.accumulator import Accumulator
     samples = list(range(9))
     kw = dict(batch_size=2, pixel=True, progress=False, desc="", smooth_sigma=0.0)
     ref, ref_scores = split_metrics(_FakeDetector(), samples, **kw)
@@ -238,10 +238,10 @@ def test_eval_metrics_merge_the_ranks_accumulators(monkeypatch, size):
 
     for r in range(size):  # each rank's share, with the collectives recording what they are handed
         with monkeypatch.context() as m:
-            m.setattr(DD, "world", lambda r=r: DD.World(r, size, r))
-            m.setattr(DD, "gather_arrays", lambda out, n, r=r: (sent[r].append(copy.deepcopy(out)),
+            m.setattr(distributed, "world", lambda r=r: distributed.World(r, size, r))
+            m.setattr(distributed, "gather_arrays", lambda out, n, r=r: (sent[r].append(copy.deepcopy(out)),
                                                                  {"scores": None})[1])
-            m.setattr(DD, "gather_objects", lambda obj, r=r: (sent[r].append(copy.deepcopy(obj)), [obj])[1])
+            m.setattr(distributed, "gather_objects", lambda obj, r=r: (sent[r].append(copy.deepcopy(obj)), [obj])[1])
             m.setattr(Accumulator, "compute", lambda self: {})  # one rank's share may hold one class only
             m.setattr(E, "entries", lambda *a: {})
             split_metrics(_FakeDetector(), samples, **kw)
@@ -251,8 +251,8 @@ def test_eval_metrics_merge_the_ranks_accumulators(monkeypatch, size):
         i = next(call)
         parts[:] = [sent[q][i] for q in range(size)]
 
-    monkeypatch.setattr(DD, "world", lambda: DD.World(0, size, 0))
-    monkeypatch.setattr(DD.dist, "all_gather_object", replay)
+    monkeypatch.setattr(distributed, "world", lambda: distributed.World(0, size, 0))
+    monkeypatch.setattr(distributed.dist, "all_gather_object", replay)
     got, scores = split_metrics(_FakeDetector(), samples, **kw)
     np.testing.assert_array_equal(scores, ref_scores)
     for k in ("image_auc", "image_ap", "image_f1max"):  # exact on the same scores, in another order

@@ -16,16 +16,16 @@ import torch
 from PIL import Image
 from sklearn.metrics import roc_auc_score
 
-from adsim import _method as M
-from adsim import data as D
-from adsim.__main__ import main
-from adsim.detector import Detector, Prediction, UnreadableImageWarning
-from adsim.evaluate import smooth
-from adsim.head import anomaly_maps, features, image_scores, text_embeddings
-from adsim.overlays import CONTOUR_RGB, overlay, overlay_names
-from adsim.train import TrainConfig, make_head
+from adsim.cli.main import main
+from adsim.config.run import TrainConfig
+from adsim.data import bmad
+from adsim.inference.detector import Detector, Prediction, UnreadableImageWarning
+from adsim.inference.overlays import CONTOUR_RGB, overlay, overlay_names
+from adsim.methods import registry
+from adsim.metrics.functional import smooth
+from adsim.model.head import anomaly_maps, features, image_scores, make_head, text_embeddings
 
-pytestmark = pytest.mark.filterwarnings("ignore::adsim.backbone.RandomWeightsWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def det(run):
 
 @pytest.fixture
 def test_paths(toy_root):
-    return [s.image for s in D.list_split(toy_root, "Brain", "test")]
+    return [s.image for s in bmad.list_split(toy_root, "Brain", "test")]
 
 
 def _reference(run, backbone, paths):
@@ -54,7 +54,7 @@ def _reference(run, backbone, paths):
     head = make_head(cfg, backbone.spec.width, backbone.spec.embed_dim, text_embeddings(backbone, record["prompts"]))
     head.load_state_dict(torch.load(run / "checkpoint_last.pt", weights_only=False)["head"])
     head.eval()
-    x = torch.stack([D.ImageDataset([D.Sample(p, 0, None, "")], 64)[0]["image"] for p in paths])
+    x = torch.stack([bmad.ImageDataset([bmad.Sample(p, 0, None, "")], 64)[0]["image"] for p in paths])
     with torch.no_grad():
         f = features(backbone, head, x)
         return image_scores(f, cfg.scoring).numpy(), anomaly_maps(f, 8, 64, cfg.scoring).numpy()
@@ -68,9 +68,9 @@ def test_predict_equals_the_model_code_and_evaluate(run, det, tiny, toy_root, te
     np.testing.assert_allclose(pred.maps, ref_maps, rtol=1e-5, atol=1e-5)
     assert main(["eval", "--run", str(run), "--data", str(toy_root), "--no-progress"]) == 0
     metrics = json.loads((run / "metrics.json").read_text())
-    samples = D.list_split(toy_root, "Brain", "test")
+    samples = bmad.list_split(toy_root, "Brain", "test")
     labels = [s.label for s in samples]
-    masks = np.stack([D.ImageDataset(samples, 64)[i]["mask"].numpy() > 0.5 for i in range(len(samples))])
+    masks = np.stack([bmad.ImageDataset(samples, 64)[i]["mask"].numpy() > 0.5 for i in range(len(samples))])
     assert metrics["image_auc"] == pytest.approx(100 * roc_auc_score(labels, ref_scores), abs=1e-9)
     # pixel AUC is binned (adsim.metrics): within the error bound it records of sklearn's exact value
     assert metrics["pixel_auc"] == pytest.approx(
@@ -174,7 +174,7 @@ def test_run_record_of_another_version_names_what_differs(run, tmp_path, part, e
         Detector.from_run(_altered(run, tmp_path, edit, part), device="cpu")
 
 
-class _Brightness(M.Method):
+class _Brightness(registry.Method):
     """Toy zero-shot method with a closed form: score = mean pixel value, map = per-pixel channel mean."""
     name, clip_norm = "brightness", False
 
@@ -184,13 +184,13 @@ class _Brightness(M.Method):
 
     def forward(self, x):
         m = self.gain * x.mean(1)
-        return M.Output(m.mean((1, 2)), m)
+        return registry.Output(m.mean((1, 2)), m)
 
 
 def test_zero_shot_builds_registered_methods_only(monkeypatch, toy_root, tmp_path, capsys):
     with pytest.raises(ValueError, match=r"unknown zero-shot method 'nope'; must be one of \("):
         Detector.zero_shot("nope", backbone="tiny")
-    monkeypatch.setitem(M.ZERO_SHOT, "brightness", _Brightness)
+    monkeypatch.setitem(registry.ZERO_SHOT, "brightness", _Brightness)
     det = Detector.zero_shot("brightness", backbone="tiny", device="cpu", gain=2.0)
     paths = sorted((toy_root / "Liver_AD" / "valid" / "Ungood" / "img").iterdir())
     pred = det.predict(paths)
@@ -242,7 +242,7 @@ def test_cli_predict_writes_scores_and_one_overlay_per_image(run, det, toy_root,
 
 def test_eval_overlays_writes_the_n_most_and_least_anomalous(run, toy_root, det):
     assert main(["eval", "--run", str(run), "--data", str(toy_root), "--no-progress", "--overlays", "1"]) == 0
-    samples = D.list_split(toy_root, "Brain", "test")
+    samples = bmad.list_split(toy_root, "Brain", "test")
     scores = det.predict([s.image for s in samples]).scores
     top, low = samples[int(np.argmax(scores))].image.stem, samples[int(np.argmin(scores))].image.stem
     assert sorted(p.name for p in (run / "overlays").iterdir()) == sorted([f"most_01_{top}.png",

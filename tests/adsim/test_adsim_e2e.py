@@ -6,10 +6,10 @@ import shutil
 import pytest
 import torch
 
-from adsim.__main__ import main
-from adsim.train import TrainConfig, validate
+from adsim.cli.main import main
+from adsim.config.run import TrainConfig, validate
 
-pytestmark = pytest.mark.filterwarnings("ignore::adsim.backbone.RandomWeightsWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 TINY = ["--backbone", "tiny", "--batch-size", "8", "--no-progress"]
 
 

@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from adsim import losses as L
-from adsim._sphere import unit_geodesic
-from adsim.matching import CentroidBank, Matched
-from adsim.train import TrainConfig, make_head, matching_losses
+from adsim.config.run import TrainConfig
+from adsim.model import losses
+from adsim.model.head import make_head
+from adsim.model.matching import CentroidBank, Matched
+from adsim.model.objective import matching_losses
+from adsim.model.sphere import unit_geodesic
 from poolsim import _core
 
 
@@ -164,7 +166,7 @@ def _previous_matching_losses(bank, f_seg, f_img, y_patch, v_patch, labels):
             d2 = _core.geodesic(f, c[..., None, :]) ** 2
             return (acc * d2).sum(-1) / torch.clamp(acc.sum(-1), min=1.0)
         intra = intra + (intra_old(m.acc_pos, m.c_pos) + intra_old(m.acc_neg, m.c_neg)).sum() / (2 * n_layers)
-        inter = inter + L.geodesic_inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg).sum() / (2 * n_layers)
+        inter = inter + losses.geodesic_inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg).sum() / (2 * n_layers)
     return intra, inter
 
 
@@ -209,16 +211,16 @@ def test_geodesic_intra_several_centroids_equals_one_at_a_time():
     f = torch.randn(3, 50, 8, generator=g, dtype=torch.float64)
     acc = (torch.rand(3, 2, 50, generator=g) < 0.5).to(torch.float64)
     c = torch.randn(3, 2, 8, generator=g, dtype=torch.float64)
-    both = L.geodesic_intra(f, acc, c)
+    both = losses.geodesic_intra(f, acc, c)
     for k in range(2):
         # reference: mean of squared _core.geodesic over the accepted rows
         d2 = _core.geodesic(f, c[:, k, None, :]) ** 2
         ref = (acc[:, k] * d2).sum(-1) / acc[:, k].sum(-1)
         torch.testing.assert_close(both[:, k], ref, rtol=1e-12, atol=1e-14)
-        torch.testing.assert_close(L.geodesic_intra(f, acc[:, k], c[:, k]), ref, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(losses.geodesic_intra(f, acc[:, k], c[:, k]), ref, rtol=1e-12, atol=1e-14)
     unit = _core.normalize(f)
-    torch.testing.assert_close(L.geodesic_intra(unit, acc, c, unit=True), both, rtol=1e-12, atol=1e-14)
-    assert math.isclose(float(L.geodesic_intra(f, torch.zeros(3, 2, 50, dtype=torch.float64), c).sum()), 0.0)
+    torch.testing.assert_close(losses.geodesic_intra(unit, acc, c, unit=True), both, rtol=1e-12, atol=1e-14)
+    assert math.isclose(float(losses.geodesic_intra(f, torch.zeros(3, 2, 50, dtype=torch.float64), c).sum()), 0.0)
     assert np.isfinite(both.detach().numpy()).all()
 
 
@@ -226,7 +228,7 @@ def test_vaca_from_raw_tokens_equals_from_unit_tokens():
     # normalize(normalize(x) * w) = normalize(x * w): each row of normalize(x) is x's row times a
     # positive factor. The raw path must give the same P~ and the same gradients w.r.t. x (float32
     # rounding: 1e-5 relative) while skipping the inner normalisation in the backward pass.
-    from adsim.head import VACA
+    from adsim.model.head import VACA
 
     g = torch.Generator().manual_seed(4)
     torch.manual_seed(4)  # the MLP's initial weights

@@ -7,13 +7,14 @@ import pytest
 import torch
 from scipy.spatial.distance import cdist
 
-from adsim import data as D
-from adsim.__main__ import main
-from adsim._method import HeadMethod, Method, Output
-from adsim.fewshot import FewShot, exclude_shots, load_images, nn_distance, select_shots, support_shots
-from adsim.head import Head, prompt_ensemble, text_embeddings
+from adsim.cli.main import main
+from adsim.config.prompts import prompt_ensemble
+from adsim.data import bmad
+from adsim.methods.fewshot import FewShot, exclude_shots, load_images, nn_distance, select_shots, support_shots
+from adsim.methods.registry import HeadMethod, Method, Output
+from adsim.model.head import Head, text_embeddings
 
-pytestmark = pytest.mark.filterwarnings("ignore::adsim.backbone.RandomWeightsWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +27,8 @@ def method(tiny):
 @pytest.fixture(scope="module")
 def images(toy_root, method):
     """Brain valid normals (2) as shots, Brain test images (4) to score."""
-    shots = [s for s in D.list_split(toy_root, "Brain", "valid") if s.label == 0]
-    return load_images(shots, method), load_images(D.list_split(toy_root, "Brain", "test"), method)
+    shots = [s for s in bmad.list_split(toy_root, "Brain", "valid") if s.label == 0]
+    return load_images(shots, method), load_images(bmad.list_split(toy_root, "Brain", "test"), method)
 
 
 def test_bank_holds_the_wrapped_methods_patches(method, images):
@@ -108,8 +109,8 @@ class _Pixels(Method):
 
 def test_fused_score_ranks_by_the_few_shot_evidence(toy_root):
     m = _Pixels()
-    normals = [s for s in D.list_split(toy_root, "Liver", "valid") if s.label == 0]
-    test = D.list_split(toy_root, "Liver", "test")
+    normals = [s for s in bmad.list_split(toy_root, "Liver", "valid") if s.label == 0]
+    test = bmad.list_split(toy_root, "Liver", "test")
     fs = FewShot(m, load_images(normals, m))
     x = load_images(test, m)
     with torch.no_grad():
@@ -122,7 +123,7 @@ def test_fused_score_ranks_by_the_few_shot_evidence(toy_root):
 
 
 def test_select_shots_validates_k_and_is_seeded(toy_root):
-    normals = [s for s in D.list_split(toy_root, "Chest", "valid") if s.label == 0]
+    normals = [s for s in bmad.list_split(toy_root, "Chest", "valid") if s.label == 0]
     for bad in (0, 3, -1, 1.5, True, "2"):
         with pytest.raises(ValueError, match=r"--shots must be an integer in \[1, 2\]"):
             select_shots(normals, bad)
@@ -137,7 +138,7 @@ def test_select_shots_validates_k_and_is_seeded(toy_root):
 def test_shots_are_never_scored(toy_root, tmp_path):
     root = tmp_path / "bmad"
     shutil.copytree(toy_root / "Brain_AD", root / "Brain_AD")
-    test = D.list_split(root, "Brain", "test")
+    test = bmad.list_split(root, "Brain", "test")
     shots = support_shots(root, "Brain", 2, seed=0, split="test")  # shots drawn from the scored split
     kept = exclude_shots(test, shots)
     assert len(kept) == len(test) - 2 and not {s.image for s in shots} & {s.image for s in kept}
@@ -146,8 +147,8 @@ def test_shots_are_never_scored(toy_root, tmp_path):
     shutil.copy(shots[0].image, anomalous.image)
     assert anomalous.image not in {s.image for s in exclude_shots(test, shots)}
     # valid-split shots (the default, as MVFA-AD) leave the test list whole
-    assert exclude_shots(D.list_split(toy_root, "Brain", "test"), support_shots(toy_root, "Brain", 2)) \
-        == D.list_split(toy_root, "Brain", "test")
+    assert exclude_shots(bmad.list_split(toy_root, "Brain", "test"), support_shots(toy_root, "Brain", 2)) \
+        == bmad.list_split(toy_root, "Brain", "test")
 
 
 def test_bank_too_large_and_degenerate_shots(method, images):
@@ -174,7 +175,7 @@ def test_eval_cli_few_shot_records_the_shots_and_never_scores_them(toy_root, tmp
     shutil.copytree(toy_root, root)
     shots = support_shots(root, "Brain", 2, seed=3)
     # a byte-identical copy of a shot inside the test split: must not be scored
-    normal_test = next(s for s in D.list_split(root, "Brain", "test") if s.label == 0)
+    normal_test = next(s for s in bmad.list_split(root, "Brain", "test") if s.label == 0)
     shutil.copy(shots[1].image, normal_test.image)
     run = tmp_path / "run"
     tiny = ["--backbone", "tiny", "--batch-size", "8", "--no-progress"]
@@ -203,7 +204,7 @@ def test_eval_cli_few_shot_records_the_shots_and_never_scores_them(toy_root, tmp
 
 
 def test_detector_with_shots_from_a_folder(method, toy_root):
-    from adsim.detector import Detector
+    from adsim.inference.detector import Detector
     det = Detector(method, device="cpu")
     normals = toy_root / "Liver_AD" / "valid" / "good" / "img"
     few = det.with_shots(normals, 2, seed=0)

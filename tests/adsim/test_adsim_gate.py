@@ -4,7 +4,7 @@ and its documented gradient (EMA normalisers held constant)."""
 import pytest
 import torch
 
-from adsim.matching import CentroidBank, ema_trajectory, match, match_sequential
+from adsim.model.matching import CentroidBank, ema_trajectory, match, match_sequential
 from poolsim import _core
 
 S, N, D = 3, 48, 8  # one compiled shape per metric for the whole file (compilation is the slow part)

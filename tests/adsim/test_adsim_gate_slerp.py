@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from adsim.matching import CentroidBank, match, match_sequential, slerp_trajectory
+from adsim.model.matching import CentroidBank, match, match_sequential, slerp_trajectory
 from poolsim import _core
 
 S, N, D = 3, 40, 8  # one compiled scan shape per metric for most of the file

@@ -27,8 +27,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from adsim import _gate_triton  # noqa: E402
-from adsim.matching import _compiled_scan, match, match_sequential  # noqa: E402
+from adsim.model import gate_triton as _gate_triton  # noqa: E402
+from adsim.model.matching import _compiled_scan, match, match_sequential  # noqa: E402
 from poolsim import _core  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,7 +193,7 @@ def test_bad_scan_backend_and_cpu_without_interpreter():
 
 
 def test_bank_passes_its_scan_backend_on():
-    from adsim.matching import CentroidBank
+    from adsim.model.matching import CentroidBank
 
     with pytest.raises(ValueError, match="scan_backend must be one of"):
         CentroidBank(2, D, mode="sequential", scan_backend="cuda")
@@ -205,7 +205,7 @@ def test_bank_passes_its_scan_backend_on():
 
 
 def test_auto_takes_the_jax_scan_for_cpu_tensors():
-    from adsim.matching import _use_triton
+    from adsim.model.matching import _use_triton
 
     f = torch.zeros(1, 4, 8)
     assert not _use_triton(f, "auto", "auto") and not _use_triton(f, "jax", "auto")

@@ -7,11 +7,19 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from adsim.backbone import (RandomWeightsWarning, adapter_layers, build_backbone, describe_file, fingerprint,
-                            frozen_tokens, read_checkpoint)
-from adsim.head import VACA, Features, Head, anomaly_maps, features, image_scores, prompt_ensemble, text_embeddings
+from adsim.config.prompts import prompt_ensemble
+from adsim.model.backbone import (
+    RandomWeightsWarning,
+    adapter_layers,
+    build_backbone,
+    describe_file,
+    fingerprint,
+    frozen_tokens,
+    read_checkpoint,
+)
+from adsim.model.head import VACA, Features, Head, anomaly_maps, features, image_scores, text_embeddings
 
-pytestmark = pytest.mark.filterwarnings("ignore::adsim.backbone.RandomWeightsWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 
 
 def test_adapter_layers_scale_with_depth():
@@ -265,7 +273,7 @@ def test_unreadable_checkpoints_say_what_the_file_is(tmp_path, tiny, name, what)
 def test_score_batches_and_run_score_pass_the_scoring_through():
     from types import SimpleNamespace
 
-    from adsim.evaluate import run_score, score_batches
+    from adsim.inference.scoring import run_score, score_batches
 
     z = torch.tensor([[[30.0, 20.0, 20.0, 20.0]], [[40.0, 20.0, 20.0, 20.0]]])  # (L=2, B=1, N=4): 2 x 2 grid
     batch = {"image": torch.zeros(1, 3, 4, 4), "label": torch.ones(1), "mask": torch.zeros(1, 4, 4)}

@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from adsim import losses as L
+from adsim.model import losses
 
 
 def test_dice_by_hand():
@@ -11,15 +11,15 @@ def test_dice_by_hand():
     # Dice = (2 * .5 + 1) / (1 + 1 + 1) = 2/3, loss = 1/3
     p = torch.tensor([[[0.5, 0.5], [0.0, 0.0]]])
     y = torch.tensor([[[1.0, 0.0], [0.0, 0.0]]])
-    assert math.isclose(float(L.dice_loss(p, y, torch.ones(1))), 1 / 3, rel_tol=1e-6)
+    assert math.isclose(float(losses.dice_loss(p, y, torch.ones(1))), 1 / 3, rel_tol=1e-6)
 
 
 def test_dice_ignores_images_without_mask():
     p = torch.tensor([[[0.5, 0.5], [0.0, 0.0]], [[1.0, 1.0], [1.0, 1.0]]])
     y = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]])
     # second image has valid = 0, so only the first image's 1/3 (above) counts
-    assert math.isclose(float(L.dice_loss(p, y, torch.tensor([1.0, 0.0]))), 1 / 3, rel_tol=1e-6)
-    assert float(L.dice_loss(p, y, torch.zeros(2))) == 0.0  # nothing valid: 0, not 0/0
+    assert math.isclose(float(losses.dice_loss(p, y, torch.tensor([1.0, 0.0]))), 1 / 3, rel_tol=1e-6)
+    assert float(losses.dice_loss(p, y, torch.zeros(2))) == 0.0  # nothing valid: 0, not 0/0
 
 
 def test_focal_by_hand():
@@ -28,14 +28,14 @@ def test_focal_by_hand():
     z = torch.tensor([[[0.0, math.log(3.0)]]])
     y = torch.tensor([[[1.0, 0.0]]])
     expected = (math.log(2) / 4 + 9 * math.log(4) / 16) / 2
-    assert math.isclose(float(L.focal_loss(z, y, torch.ones(1))), expected, rel_tol=1e-6)
+    assert math.isclose(float(losses.focal_loss(z, y, torch.ones(1))), expected, rel_tol=1e-6)
 
 
 def test_focal_is_stable_for_huge_logits():
     # z = +-200 (100 * cosine scale can reach that): exact-sigmoid formulas would give log(0)
     z = torch.tensor([[[200.0, -200.0]]], requires_grad=True)
     y = torch.tensor([[[0.0, 1.0]]])
-    out = L.focal_loss(z, y, torch.ones(1))
+    out = losses.focal_loss(z, y, torch.ones(1))
     out.backward()
     # -(1 - e^{-200})^2 log(e^{-200}) ~= 200 for each pixel (log-sigmoid(-200) = -200 - log1p(e^-200))
     assert math.isclose(float(out.detach()), 200.0, rel_tol=1e-6) and torch.isfinite(z.grad).all()
@@ -43,7 +43,7 @@ def test_focal_is_stable_for_huge_logits():
 
 def test_bce_on_logits_by_hand():
     # logit 0 -> -ln(1/2) = ln 2 for either label; logit ln 3 with label 1 -> -ln(3/4)
-    out = L.bce_loss(torch.tensor([0.0, math.log(3.0)]), torch.tensor([0.0, 1.0]))
+    out = losses.bce_loss(torch.tensor([0.0, math.log(3.0)]), torch.tensor([0.0, 1.0]))
     assert math.isclose(float(out), (math.log(2) - math.log(0.75)) / 2, rel_tol=1e-6)
 
 
@@ -51,12 +51,12 @@ def test_geodesic_losses_by_hand():
     c = torch.tensor([1.0, 0.0])
     f = torch.tensor([[0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]])
     # accepted: rows 0 (angle pi/2) and 1 (angle pi/4): mean of squares = (pi^2/4 + pi^2/16) / 2
-    intra = L.geodesic_intra(f, torch.tensor([1.0, 1.0, 0.0]), c)
+    intra = losses.geodesic_intra(f, torch.tensor([1.0, 1.0, 0.0]), c)
     assert math.isclose(float(intra), (math.pi ** 2 / 4 + math.pi ** 2 / 16) / 2, rel_tol=1e-6)
-    assert float(L.geodesic_intra(f, torch.zeros(3), c)) == 0.0  # empty matched set: 0
+    assert float(losses.geodesic_intra(f, torch.zeros(3), c)) == 0.0  # empty matched set: 0
     # L_inter = -d_G(c+, c-) = -pi/2 for orthogonal centroids; 0 until both exist
-    assert math.isclose(float(L.geodesic_inter(c, torch.tensor([0.0, 2.0]), 1.0)), -math.pi / 2, rel_tol=1e-6)
-    assert float(L.geodesic_inter(c, torch.zeros(2), 0.0)) == 0.0
+    assert math.isclose(float(losses.geodesic_inter(c, torch.tensor([0.0, 2.0]), 1.0)), -math.pi / 2, rel_tol=1e-6)
+    assert float(losses.geodesic_inter(c, torch.zeros(2), 0.0)) == 0.0
 
 
 def test_dice_is_per_image_then_averaged():
@@ -67,9 +67,9 @@ def test_dice_is_per_image_then_averaged():
     #          images instead would give 1 - (2 * 1.5 + 1) / (3 + 2 + 1) = 1/3.)
     p = torch.tensor([[[1.0, 0.0, 0.0, 0.0]], [[0.5, 0.5, 0.5, 0.5]]])
     y = torch.tensor([[[1.0, 0.0, 0.0, 0.0]], [[0.0, 0.0, 0.0, 1.0]]])
-    assert math.isclose(float(L.dice_loss(p, y, torch.ones(2))), 0.25, rel_tol=1e-6)
+    assert math.isclose(float(losses.dice_loss(p, y, torch.ones(2))), 0.25, rel_tol=1e-6)
     # only image 2 valid: 1/2
-    assert math.isclose(float(L.dice_loss(p, y, torch.tensor([0.0, 1.0]))), 0.5, rel_tol=1e-6)
+    assert math.isclose(float(losses.dice_loss(p, y, torch.tensor([0.0, 1.0]))), 0.5, rel_tol=1e-6)
 
 
 def test_bce_accepts_integer_and_bool_labels():
@@ -77,7 +77,7 @@ def test_bce_accepts_integer_and_bool_labels():
     z = torch.tensor([0.0, math.log(3.0)])
     expected = (math.log(2) - math.log(0.75)) / 2  # as in test_bce_on_logits_by_hand
     for labels in (torch.tensor([0, 1]), torch.tensor([False, True])):
-        assert math.isclose(float(L.bce_loss(z, labels)), expected, rel_tol=1e-6)
+        assert math.isclose(float(losses.bce_loss(z, labels)), expected, rel_tol=1e-6)
 
 
 def test_focal_half_lesion_pixel_counts_as_anomalous():
@@ -85,9 +85,9 @@ def test_focal_half_lesion_pixel_counts_as_anomalous():
     # half lesion, the rule adsim.train uses for patch labels. z = ln 3, target 0.5: p_t = p = 3/4,
     # loss = (1/4)^2 ln(4/3); as "normal" it would be (3/4)^2 ln 4.
     z = torch.tensor([[[math.log(3.0)]]])
-    got = float(L.focal_loss(z, torch.tensor([[[0.5]]]), torch.ones(1)))
+    got = float(losses.focal_loss(z, torch.tensor([[[0.5]]]), torch.ones(1)))
     assert math.isclose(got, math.log(4 / 3) / 16, rel_tol=1e-6)
-    assert float(L.focal_loss(z, torch.tensor([[[0.49]]]), torch.ones(1))) > 0.5  # (3/4)^2 ln 4 = 0.78
+    assert float(losses.focal_loss(z, torch.tensor([[[0.49]]]), torch.ones(1))) > 0.5  # (3/4)^2 ln 4 = 0.78
 
 
 def test_geodesic_intra_batched_and_single_member():
@@ -96,7 +96,7 @@ def test_geodesic_intra_batched_and_single_member():
     f = torch.tensor([[[0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]],
                       [[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]])
     acc = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    out = L.geodesic_intra(f, acc, c)
+    out = losses.geodesic_intra(f, acc, c)
     # slot 0: (pi^2/4 + pi^2/16) / 2 as above; slot 1: one member at angle pi/2 -> (pi/2)^2 / 1
     expected = [(math.pi ** 2 / 4 + math.pi ** 2 / 16) / 2, math.pi ** 2 / 4]
     assert out.shape == (2,)
@@ -110,6 +110,6 @@ def test_focal_is_per_image_mean_then_masked():
     z = torch.tensor([[[0.0, math.log(3.0)]], [[0.0, 0.0]]])
     y = torch.tensor([[[1.0, 0.0]], [[0.0, 0.0]]])
     first = (math.log(2) / 4 + 9 * math.log(4) / 16) / 2
-    assert math.isclose(float(L.focal_loss(z, y, torch.tensor([1.0, 0.0]))), first, rel_tol=1e-6)
+    assert math.isclose(float(losses.focal_loss(z, y, torch.tensor([1.0, 0.0]))), first, rel_tol=1e-6)
     both = (first + math.log(2) / 4) / 2
-    assert math.isclose(float(L.focal_loss(z, y, torch.ones(2))), both, rel_tol=1e-6)
+    assert math.isclose(float(losses.focal_loss(z, y, torch.ones(2))), both, rel_tol=1e-6)

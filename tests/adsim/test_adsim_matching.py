@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from adsim.matching import CentroidBank, match
+from adsim.model.matching import CentroidBank, match
 from poolsim import _core
 
 E1, E2, E3 = torch.eye(3)

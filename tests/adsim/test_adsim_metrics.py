@@ -8,8 +8,8 @@ from hypothesis.extra import numpy as hnp
 from scipy.ndimage import gaussian_filter, label
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
 
-from adsim.evaluate import auc_percent, smooth
-from adsim.metrics import Accumulator, area_to, summarize
+from adsim.metrics.accumulator import Accumulator, area_to, summarize
+from adsim.metrics.functional import auc_percent, smooth
 from poolsim.testing import examples, finite_floats
 
 PIXEL_KEYS = ("pixel_auroc", "pixel_ap", "pixel_f1max", "aupro")

@@ -8,15 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from adsim import protocol as P
-from adsim import sim as S
-from adsim import sources
-from adsim.data import DOMAINS
-from adsim.__main__ import main
-from adsim.sweep import sweep
+from adsim.cli.main import main
+from adsim.data import sim
+from adsim.data.domains import DOMAINS
+from adsim.experiments import protocol, sources
+from adsim.experiments.sweep import sweep
 from poolsim import da_score
 
-pytestmark = pytest.mark.filterwarnings("ignore::adsim.backbone.RandomWeightsWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 # a small simulated world and one pass per step: the tests check plumbing, not detection quality
 SMALL = ["--sim", "n_train=6", "n_test=8", "n_layers=2", "--epochs", "1", "--batch-size", "16"]
 KEYS = ["target", "task", "method", "order", "mode", "seed"]
@@ -39,11 +38,11 @@ def test_quick_protocol_csvs_are_well_formed(quick_run):
     assert len(proto) == (2 + 1) * 2 * 3 * 5 and set(proto["seed"]) == {0}
     assert set(proto[proto["target"] == "Chest"]["task"]) == {"AC"}
     assert proto["auc"].between(0, 100).all() and set(proto["data"]) == {"simulated"}
-    sim = pd.read_csv(out / "similarity.csv")
-    s = sim.set_index(["domain_a", "domain_b"])["cosine"]
+    similarity = pd.read_csv(out / "similarity.csv")
+    s = similarity.set_index(["domain_a", "domain_b"])["cosine"]
     for (t, m, o), g in proto[proto["task"] == "AC"].groupby(["target", "method", "order"]):
         added = list(g.sort_values("step")["added"])
-        assert sorted(added) == sorted(d for d in P.D.DOMAINS if d != t)  # leave-one-out, each once
+        assert sorted(added) == sorted(d for d in DOMAINS if d != t)  # leave-one-out, each once
         sims = [s[(t, d)] for d in added]
         if o == "hardest":  # closest (highest measured similarity) first
             assert sims == sorted(sims, reverse=True)
@@ -78,19 +77,19 @@ def test_resume_recomputes_only_deleted_cells(quick_run, tmp_path):
     deleted = {c.name for c in cells[::2]}
     for c in cells[::2]:
         c.unlink()
-    params = S.validate(S.SimParams(n_train=6, n_test=8, n_layers=2))
-    settings = P.Settings(data="simulated", sim=params._asdict(), epochs=1, batch_size=16, lr=3e-3)
-    res = P.run(out, lambda s: sources.simulated(params, s), settings, targets=["Brain", "Chest"],
+    params = sim.validate(sim.SimParams(n_train=6, n_test=8, n_layers=2))
+    settings = protocol.Settings(data="simulated", sim=params._asdict(), epochs=1, batch_size=16, lr=3e-3)
+    res = protocol.run(out, lambda s: sources.simulated(params, s), settings, targets=["Brain", "Chest"],
                 methods=["naive", "match-geodesic-vaca"], seeds=1, progress=False)
     assert set(res["computed"]) == deleted and len(res["skipped"]) == len(cells) - len(deleted)
     after = pd.read_csv(out / "protocol.csv")
     pd.testing.assert_frame_equal(before.sort_values([*KEYS, "step"]).reset_index(drop=True),
                                   after.sort_values([*KEYS, "step"]).reset_index(drop=True))
     # a rerun computes nothing; other settings are refused
-    assert P.run(out, lambda s: sources.simulated(params, s), settings, targets=["Brain", "Chest"],
+    assert protocol.run(out, lambda s: sources.simulated(params, s), settings, targets=["Brain", "Chest"],
                  methods=["naive", "match-geodesic-vaca"], seeds=1, progress=False)["computed"] == []
     with pytest.raises(ValueError, match="other settings"):
-        P.run(out, lambda s: None, settings._replace(lr=0.5), targets=["Brain"], methods=["naive"], seeds=1)
+        protocol.run(out, lambda s: None, settings._replace(lr=0.5), targets=["Brain"], methods=["naive"], seeds=1)
 
 
 def test_sequential_mode_runs(tmp_path):
@@ -144,8 +143,8 @@ def test_real_path_on_toy_bmad(toy_root, tmp_path, capsys):
 
 
 def _params_of(out):
-    sim = json.loads((out / "protocol.json").read_text())["settings"]["sim"]
-    return S.SimParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in sim.items()})
+    recorded = json.loads((out / "protocol.json").read_text())["settings"]["sim"]
+    return sim.SimParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()})
 
 
 def test_figures_and_table(quick_run, tmp_path):
@@ -163,7 +162,7 @@ def test_figures_and_table(quick_run, tmp_path):
     # the text prior's draws are regenerated from protocol.json: the same as simulate() for each seed
     zs = pd.read_csv(figs / "zero_shot.csv")
     for seed, g in zs.groupby("seed"):
-        info = S.simulate(_params_of(out), int(seed)).info["zero_shot"]
+        info = sim.simulate(_params_of(out), int(seed)).info["zero_shot"]
         np.testing.assert_allclose(g.set_index("target").loc[list(info), "image_auc"],
                                    [info[d]["image_auc"] for d in info])
     assert "Zero-shot transfer drawn from the text prior" in md and "final image AUC minus zero-shot AUC" in md
@@ -177,8 +176,8 @@ def test_figures_and_table(quick_run, tmp_path):
 
 
 def test_sweep_one_parameter(tmp_path):
-    base = S.validate(S.SimParams(n_train=4, n_test=6, n_layers=1))
-    st = P.Settings(data="simulated", sim=base._asdict(), epochs=1, batch_size=16, lr=3e-3)
+    base = sim.validate(sim.SimParams(n_train=4, n_test=6, n_layers=1))
+    st = protocol.Settings(data="simulated", sim=base._asdict(), epochs=1, batch_size=16, lr=3e-3)
     table = sweep(tmp_path / "sw", base, st, methods=("naive",), grid={"shared": (0.0, 0.5)}, progress=False)
     assert set(table["value"]) == {0.0, 0.5} and len(table) == 2 * 9  # 6 targets, 3 with AS
     assert (tmp_path / "sw" / "default" / "protocol.csv").exists()  # shared=0.5 is the default
@@ -187,9 +186,9 @@ def test_sweep_one_parameter(tmp_path):
 
 def test_sim_params_from_the_command_line():
     # "inf" selects the point-mass text prior (every modality at the mean alignment)
-    from adsim._protocol_cli import sim_params
+    from adsim.cli.protocol import sim_params
     p = sim_params(["align_concentration=inf", "shared=0.25"], False)
-    assert p.align_concentration == float("inf") and p.shared == 0.25 and S.alignment_prior(p) is None
+    assert p.align_concentration == float("inf") and p.shared == 0.25 and sim.alignment_prior(p) is None
     with pytest.raises(ValueError, match="align_concentration"):
         sim_params(["align_concentration=0"], False)
 
@@ -200,7 +199,7 @@ def test_sensitivity_table_and_figure_with_intervals(tmp_path):
     # computed here independently; a value with 9 pairs gets no interval (< 30 pairs).
     from scipy import stats
 
-    from adsim.figures import sensitivity_rows, sweep_figures
+    from adsim.experiments.figures import sensitivity_rows, sweep_figures
     rng = np.random.default_rng(0)
     rows = []
     for param, values, n_seeds in (("align_concentration", (2.0, float("inf")), 4), ("shared", (0.0,), 1)):

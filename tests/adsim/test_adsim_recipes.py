@@ -6,30 +6,32 @@ import math
 import pytest
 import torch
 
-from adsim import losses as L
-from adsim import recipes as R
-from adsim.__main__ import main
-from adsim.train import TrainConfig, config_from_recipe, make_head, objective, recipe_of
+from adsim.cli.main import main
+from adsim.config import recipes
+from adsim.config.run import TrainConfig, config_from_recipe, recipe_of
+from adsim.model import losses
+from adsim.model.head import make_head
+from adsim.model.objective import objective
 
 
 def test_clean_recipe_is_the_trainconfig_default():
     # one source of defaults: TrainConfig's defaults are the clean recipe, field by field
     cfg = TrainConfig(data="d", target="Brain", out="o")
-    assert recipe_of(cfg) == R.get("clean")
+    assert recipe_of(cfg) == recipes.get("clean")
 
 
-@pytest.mark.parametrize("name", R.names())
+@pytest.mark.parametrize("name", recipes.names())
 def test_shipped_recipes_validate_and_round_trip(name):
-    r = R.get(name)
-    assert R.validate(r) == r
-    assert R.from_dict(json.loads(json.dumps(R.as_dict(r)))) == dataclasses.replace(r, name=r.name)
+    r = recipes.get(name)
+    assert recipes.validate(r) == r
+    assert recipes.from_dict(json.loads(json.dumps(recipes.as_dict(r)))) == dataclasses.replace(r, name=r.name)
     cfg = config_from_recipe(r, data="d", target="Brain", out="o")
     # protocol_mode is the protocol's default --mode, not a training field
     assert recipe_of(cfg) == dataclasses.replace(r, protocol_mode="cumulative")
 
 
 def test_recipes_differ_where_the_docs_say():
-    p, a, c = (R.get(n) for n in ("paper", "authors", "clean"))
+    p, a, c = (recipes.get(n) for n in ("paper", "authors", "clean"))
     assert (a.gate_unit, a.gate_filter, a.inter_form, a.intra_power) == ("image_mean", "skip_step", "reciprocal", 1)
     assert (p.gate_unit, p.gate_filter, p.match_branches, p.loss_metric) == ("patch", "centroids", "seg", "geodesic")
     # the authors' lambda ratio: ratio 0.036 times intra 0.5 / inter 1.5 (parse_options.py:22-25)
@@ -41,26 +43,26 @@ def test_recipes_differ_where_the_docs_say():
 def test_unknown_recipe_and_field_are_one_line_errors():
     with pytest.raises(ValueError, match=r"unknown recipe 'nope'; must be one of "
                                          r"\('paper', 'authors', 'clean', 'mvfa', 'anomalyclip'\)"):
-        R.get("nope")
+        recipes.get("nope")
     with pytest.raises(ValueError, match="unknown recipe field 'gate_size'; fields:"):
-        R.override(R.get("clean"), gate_size=3)
+        recipes.override(recipes.get("clean"), gate_size=3)
     with pytest.raises(ValueError, match=r"recipe field gate_unit must be one of \('patch', 'image_mean'\)"):
-        R.override(R.get("clean"), gate_unit="pixel")
+        recipes.override(recipes.get("clean"), gate_unit="pixel")
     with pytest.raises(ValueError, match="unknown recipe field"):
-        R.parse_sets(["gate_size=3"])
+        recipes.parse_sets(["gate_size=3"])
     with pytest.raises(ValueError, match="is not implemented"):
-        R.override(R.get("clean"), update="slerp_delta")
+        recipes.override(recipes.get("clean"), update="slerp_delta")
     with pytest.raises(ValueError, match="is not implemented"):
-        R.override(R.get("clean"), renorm_after_vaca=False)
+        recipes.override(recipes.get("clean"), renorm_after_vaca=False)
     with pytest.raises(ValueError, match="lr and tau must be > 0"):
-        R.override(R.get("clean"), lr=0.0)
+        recipes.override(recipes.get("clean"), lr=0.0)
 
 
 def test_metric_equivalence_only_where_provable():
-    c = R.get("clean")
-    assert R.metric_equivalence(c) is None  # the gate metric enters L_intra / L_inter
-    assert R.metric_equivalence(R.override(c, loss_metric="geodesic")) is not None
-    assert R.metric_equivalence(R.override(c, loss_metric="geodesic", gate_tau="fixed")) is None
+    c = recipes.get("clean")
+    assert recipes.metric_equivalence(c) is None  # the gate metric enters L_intra / L_inter
+    assert recipes.metric_equivalence(recipes.override(c, loss_metric="geodesic")) is not None
+    assert recipes.metric_equivalence(recipes.override(c, loss_metric="geodesic", gate_tau="fixed")) is None
 
 
 def _unit(x):
@@ -74,11 +76,11 @@ def test_loss_metric_changes_intra_by_the_closed_form():
     f = torch.tensor([[math.cos(theta), math.sin(theta)]])
     acc = torch.ones(1)
     for metric, want in (("geodesic", theta), ("l2", 2 * math.sin(theta / 2)), ("cosine", 1 - math.cos(theta))):
-        assert math.isclose(float(L.intra(f, acc, c, metric=metric, power=2)), want ** 2, rel_tol=1e-5)
-        assert math.isclose(float(L.intra(f, acc, c, metric=metric, power=1)), want, rel_tol=1e-5)
+        assert math.isclose(float(losses.intra(f, acc, c, metric=metric, power=2)), want ** 2, rel_tol=1e-5)
+        assert math.isclose(float(losses.intra(f, acc, c, metric=metric, power=1)), want, rel_tol=1e-5)
     # the authors' reciprocal separation 1 / (d + 1e-6) carries no gradient (they read centroid.data)
     c2 = torch.tensor([0.0, 1.0], requires_grad=True)
-    r = L.inter(c, c2, 1.0, form="reciprocal")
+    r = losses.inter(c, c2, 1.0, form="reciprocal")
     assert math.isclose(float(r), 1 / (math.pi / 2 + 1e-6), rel_tol=1e-6) and not r.requires_grad
 
 
@@ -95,7 +97,7 @@ def _sim_batch(n=4, grid=2, width=12, embed=8, layers=2, seed=0):
 
 
 def _objective(cfg, seed=0):
-    from adsim.head import features_from_tokens
+    from adsim.model.head import features_from_tokens
     batch, text, (w, e, layers, grid) = _sim_batch(seed=seed)
     torch.manual_seed(0)
     head = make_head(cfg, w, e, text, n_layers=layers)
@@ -105,14 +107,14 @@ def _objective(cfg, seed=0):
 def test_skip_step_zeroes_every_loss_of_a_failing_sample():
     # batched gate: every feature is gated against the batch-start centroids, so empty centroids accept
     # everything (the sequential gate would gate all but the first feature of each class)
-    base = config_from_recipe(R.override(R.get("clean"), gate_filter="skip_step", gate_mode="batched"),
+    base = config_from_recipe(recipes.override(recipes.get("clean"), gate_filter="skip_step", gate_mode="batched"),
                               data="d", target="Brain", out="o")
     (_, parts), head = _objective(base)
     assert float(parts["n_pass"]) == 4
     # a gate with fixed radius 0 rejects every feature once the centroids exist: nobody passes
     cfg = base._replace(gate_tau="fixed", tau=1e-9)
     batch, text, (w, e, layers, grid) = _sim_batch()
-    from adsim.head import features_from_tokens
+    from adsim.model.head import features_from_tokens
     torch.manual_seed(0)
     head = make_head(cfg, w, e, text, n_layers=layers)
     head.train()
@@ -124,13 +126,13 @@ def test_skip_step_zeroes_every_loss_of_a_failing_sample():
 
 
 def test_adapter_bias_and_cls_only_pixel_loss():
-    cfg = config_from_recipe(R.get("authors"), data="d", target="Brain", out="o")
+    cfg = config_from_recipe(recipes.get("authors"), data="d", target="Brain", out="o")
     head = make_head(cfg, 12, 8, _unit(torch.randn(2, 8)), n_layers=2)
     assert all(lin.bias is None for ad in head.seg_adapters for lin in (ad.down, ad.up))
     # classification-only domain: with "none" no pixel loss on either class, with "normals" the normals count
-    clean = config_from_recipe(R.get("clean"), data="d", target="Brain", out="o")
+    clean = config_from_recipe(recipes.get("clean"), data="d", target="Brain", out="o")
     batch, text, (w, e, layers, grid) = _sim_batch()
-    from adsim.head import features_from_tokens
+    from adsim.model.head import features_from_tokens
     batch["pixel_domain"] = torch.zeros(4)
     batch["has_mask"] = torch.tensor([1.0, 0.0, 1.0, 0.0])
     for choice, zero in (("none", True), ("normals", False)):
@@ -142,7 +144,7 @@ def test_adapter_bias_and_cls_only_pixel_loss():
 
 
 def test_image_mean_unit_matches_two_features_per_image():
-    cfg = config_from_recipe(R.override(R.get("clean"), gate_unit="image_mean", match_branches="seg"),
+    cfg = config_from_recipe(recipes.override(recipes.get("clean"), gate_unit="image_mean", match_branches="seg"),
                              data="d", target="Brain", out="o")
     (_, parts), head = _objective(cfg)
     # 4 images: 4 normal means + 2 anomalous means (images 1 and 3 have a lesion patch) initialise the slots
@@ -201,7 +203,7 @@ def test_corrupt_config_and_checkpoint_name_the_file(tmp_path, capsys):
     assert main(["eval", "--run", str(run), "--data", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert str(run / "config.json") in err and "corrupt" in err
-    from adsim._io import load_torch
+    from adsim.runtime.io import load_torch
     (run / "checkpoint_last.pt").write_bytes(b"\x00garbage")
     with pytest.raises(ValueError, match=f"checkpoint {run / 'checkpoint_last.pt'} is corrupt"):
         load_torch(run / "checkpoint_last.pt")
@@ -212,32 +214,31 @@ def test_corrupt_config_and_checkpoint_name_the_file(tmp_path, capsys):
 def test_verdict_interval_is_scipys_one_sample_t_interval():
     from scipy import stats
 
-    from poolsim import _verdict as V
+    from poolsim import _verdict as verdict
     rng = __import__("numpy").random.default_rng(0)
     d = rng.normal(0.3, 1.0, 40)
-    v = V.decide(d)
+    v = verdict.decide(d)
     ci = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)  # independent implementation
     assert math.isclose(v.ci_low, ci.low, rel_tol=1e-9) and math.isclose(v.ci_high, ci.high, rel_tol=1e-9)
-    assert V.decide(d + 5.0).verdict == V.HOLDS and V.decide(d - 5.0).verdict == V.DOES_NOT_HOLD
-    assert V.decide(d - 5.0, side="less").verdict == V.HOLDS
-    assert V.decide(d - d.mean()).verdict == V.INCONCLUSIVE  # interval around the threshold
-    few = V.decide(d[:29] + 5.0)
-    assert few.verdict == V.INCONCLUSIVE and math.isnan(few.ci_low)  # fewer than 30 pairs: no interval
+    assert verdict.decide(d + 5.0).verdict == verdict.HOLDS and verdict.decide(d - 5.0).verdict == verdict.DOES_NOT_HOLD
+    assert verdict.decide(d - 5.0, side="less").verdict == verdict.HOLDS
+    assert verdict.decide(d - d.mean()).verdict == verdict.INCONCLUSIVE  # interval around the threshold
+    few = verdict.decide(d[:29] + 5.0)
+    assert few.verdict == verdict.INCONCLUSIVE and math.isnan(few.ci_low)  # fewer than 30 pairs: no interval
     with pytest.raises(ValueError, match="paired"):
-        V.decide(d, d[:3])
+        verdict.decide(d, d[:3])
 
 
 def test_protocol_computes_provably_identical_metrics_once(tmp_path):
-    from adsim import protocol as P
-    from adsim import sim as S
-    from adsim import sources
-    params = S.validate(S.SimParams(n_train=4, n_test=6, n_layers=1))
+    from adsim.data import sim
+    from adsim.experiments import protocol, sources
+    params = sim.validate(sim.SimParams(n_train=4, n_test=6, n_layers=1))
     src = sources.simulated(params, 0)
     for name, over, shared in (("geo", {"loss_metric": "geodesic"}, True), ("clean", {}, False)):
-        rec = R.as_dict(dataclasses.replace(R.override(R.get("clean"), **over), name=name))
-        st = P.Settings(data="simulated", sim=params._asdict(), epochs=1, batch_size=16, lr=3e-3, recipe=rec)
+        rec = recipes.as_dict(dataclasses.replace(recipes.override(recipes.get("clean"), **over), name=name))
+        st = protocol.Settings(data="simulated", sim=params._asdict(), epochs=1, batch_size=16, lr=3e-3, recipe=rec)
         out = tmp_path / name
-        P.run(out, lambda s: src, st, targets=["Chest"], methods=["match-l2", "match-geodesic"],
+        protocol.run(out, lambda s: src, st, targets=["Chest"], methods=["match-l2", "match-geodesic"],
               orders=["hardest"], seeds=1, progress=False)
         l2 = json.loads((out / "cells" / "Chest__match-l2__hardest__cumulative__s0.json").read_text())
         geo = json.loads((out / "cells" / "Chest__match-geodesic__hardest__cumulative__s0.json").read_text())
@@ -255,14 +256,14 @@ def test_protocol_computes_provably_identical_metrics_once(tmp_path):
 
 
 def test_simulator_default_test_set_has_power():
-    from adsim import sim as S
+    from adsim.data import sim
     # Hanley-McNeil standard error of an AUC near 0.5 with n per class: sqrt((1/12)(2/n)) <= 1.3 points
-    n = S.SimParams().n_test
+    n = sim.SimParams().n_test
     assert n >= 1000 and 100 * math.sqrt((1 / 12) * (2 / n)) <= 1.3
 
 
 def test_fixed_tau_gate_separates_the_metrics_that_the_adaptive_gate_cannot():
-    from adsim.matching import match
+    from adsim.model.matching import match
     # f at angle 0.5 rad from c+ (and far from c-): geodesic 0.5, l2 = 2 sin(0.25) = 0.4948 (closed forms)
     f = torch.tensor([[math.cos(0.5), math.sin(0.5), 0.0]])
     c_pos, c_neg, one = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 0.0, 1.0]), torch.tensor(1.0)

@@ -5,24 +5,23 @@ import pytest
 import torch
 from scipy import stats
 
-from adsim import reference as R
-from adsim import sim as S
-from adsim.data import DOMAINS, MASKED
-from adsim.head import Head, features_from_tokens
+from adsim.data import reference, sim
+from adsim.data.domains import DOMAINS, MASKED
+from adsim.model.head import Head, features_from_tokens
 
 
 def test_table4_is_a_gram_matrix_and_projection_of_a_non_psd_one():
     # Table 4 read as mean pairwise cosines is the Gram matrix of the domain means: it must be PSD.
-    g, info = S.check_gram(R.TABLE4)
-    assert not info["psd_projected"] and min(np.linalg.eigvalsh(R.TABLE4)) > 0.02
-    np.testing.assert_array_equal(g, R.TABLE4)
+    g, info = sim.check_gram(reference.TABLE4)
+    assert not info["psd_projected"] and min(np.linalg.eigvalsh(reference.TABLE4)) > 0.02
+    np.testing.assert_array_equal(g, reference.TABLE4)
     # so is the unit-diagonal correlation matrix of the normalised centroids
-    d = np.sqrt(np.diag(R.TABLE4))
-    assert min(np.linalg.eigvalsh(R.TABLE4 / np.outer(d, d))) > 0
+    d = np.sqrt(np.diag(reference.TABLE4))
+    assert min(np.linalg.eigvalsh(reference.TABLE4 / np.outer(d, d))) > 0
     # a matrix that is not PSD (three vectors cannot pairwise have these cosines) is projected
     bad = np.array([[1.0, 0.9, -0.9], [0.9, 1.0, 0.9], [-0.9, 0.9, 1.0]])
     assert min(np.linalg.eigvalsh(bad)) < 0
-    fixed, info = S.check_gram(bad)
+    fixed, info = sim.check_gram(bad)
     assert info["psd_projected"] and min(np.linalg.eigvalsh(fixed)) > -1e-12
     np.testing.assert_allclose(np.diag(fixed), np.diag(bad))
 
@@ -31,20 +30,20 @@ def test_simulated_similarities_reproduce_table4():
     # Without patch noise and lesions the image feature is g itself, whose mean pairwise cosines have
     # expectation exactly Table 4 (construction in adsim.sim). Tolerance: 4 standard errors of the mean
     # over seeds, computed from the seeds' spread (plus 1e-3 so an accidentally tiny spread cannot fail).
-    p = S.SimParams(n_train=60, n_test=60, patch_cos=1.0, anomaly_shift=0.0, n_layers=1, grid=2)
+    p = sim.SimParams(n_train=60, n_test=60, patch_cos=1.0, anomaly_shift=0.0, n_layers=1, grid=2)
     mats = []
     for seed in range(5):
-        data = S.simulate(p, seed)
-        feats = {d: S.image_features(torch.cat([data.train[d].tokens, data.test[d].tokens])) for d in DOMAINS}
-        mats.append(S.similarity(feats)[1])
+        data = sim.simulate(p, seed)
+        feats = {d: sim.image_features(torch.cat([data.train[d].tokens, data.test[d].tokens])) for d in DOMAINS}
+        mats.append(sim.similarity(feats)[1])
     mats = np.stack(mats)
     se = mats.std(0, ddof=1) / np.sqrt(len(mats))
-    assert np.all(np.abs(mats.mean(0) - R.table4(DOMAINS)) < 4 * se + 1e-3)
+    assert np.all(np.abs(mats.mean(0) - reference.table4(DOMAINS)) < 4 * se + 1e-3)
 
 
 def test_simulated_splits_masks_and_lesion_shift():
-    p = S.SimParams(n_train=6, n_test=5)
-    data = S.simulate(p, 3)
+    p = sim.SimParams(n_train=6, n_test=5)
+    data = sim.simulate(p, 3)
     for d in DOMAINS:
         sp = data.train[d]
         assert sp.tokens.shape == (12, p.n_layers, p.grid ** 2, p.width)
@@ -59,14 +58,14 @@ def test_simulated_splits_masks_and_lesion_shift():
     assert data.text.shape == (2, p.embed_dim)
     assert float(data.text[0] @ data.text[1]) == pytest.approx(p.text_cos, abs=1e-5)
     # same seed -> same data; another seed -> other data
-    torch.testing.assert_close(S.simulate(p, 3).train["Brain"].tokens, data.train["Brain"].tokens)
-    assert not torch.equal(S.simulate(p, 4).train["Brain"].tokens, data.train["Brain"].tokens)
+    torch.testing.assert_close(sim.simulate(p, 3).train["Brain"].tokens, data.train["Brain"].tokens)
+    assert not torch.equal(sim.simulate(p, 4).train["Brain"].tokens, data.train["Brain"].tokens)
 
 
 def test_lesion_patches_move_along_the_anomaly_direction():
     # the class channels (0..class_channels-1) of lesion patches gain energy; normal patches' do not
-    p = S.SimParams(n_train=20, n_test=2, anomaly_shift=0.6)
-    sp = S.simulate(p, 0).train["Brain"]
+    p = sim.SimParams(n_train=20, n_test=2, anomaly_shift=0.6)
+    sp = sim.simulate(p, 0).train["Brain"]
     c = p.class_channels
     energy = (sp.tokens[:, 0, :, :c] ** 2).sum(-1)  # (n, N)
     lesion = sp.masks.flatten(1).bool()
@@ -86,14 +85,14 @@ def test_text_prior_alignment_statistics(shared, kappa):
     # Expected values: E sqrt(a) from scipy.stats.beta.expect (numerical quadrature, independent of the
     # closed form B(a + 1/2, b) / B(a, b) in expected_text_cos) and E a = m (the Beta mean). Tolerance:
     # 4 Monte-Carlo standard errors computed from the draws. The a_k pass a KS test against the Beta.
-    p = S.SimParams(n_train=1, n_test=1, grid=2, n_layers=1, shared=shared, align_concentration=kappa)
+    p = sim.SimParams(n_train=1, n_test=1, grid=2, n_layers=1, shared=shared, align_concentration=kappa)
     alpha, beta = kappa * shared, kappa * (1 - shared)
-    assert S.alignment_prior(p) == pytest.approx((alpha, beta))
+    assert sim.alignment_prior(p) == pytest.approx((alpha, beta))
     quad = stats.beta(alpha, beta).expect(np.sqrt)
-    assert S.expected_text_cos(p) == pytest.approx(quad, rel=1e-8)
+    assert sim.expected_text_cos(p) == pytest.approx(quad, rel=1e-8)
     cos, recorded = [], []
     for seed in range(100):  # 600 draws of a_k
-        data = S.simulate(p, seed)
+        data = sim.simulate(p, seed)
         cos.append(data.anomaly @ np.pad(_text_direction(data)[:p.class_channels], (0, p.width - p.class_channels)))
         recorded.append([data.info["zero_shot"][d]["alignment"] for d in DOMAINS])
     cos, recorded = np.concatenate(cos), np.concatenate(recorded)
@@ -114,11 +113,11 @@ def test_text_prior_point_mass_and_zero_shot_auc():
     n = 400
     se = 100 * np.sqrt((2 * n + 1) / (12 * n * n))
     for shared, kappa in ((0.5, float("inf")), (0.0, 2.0), (1.0, 2.0)):
-        p = S.SimParams(n_train=1, n_test=n, grid=4, n_layers=2, shared=shared, align_concentration=kappa)
-        data = S.simulate(p, 1)
+        p = sim.SimParams(n_train=1, n_test=n, grid=4, n_layers=2, shared=shared, align_concentration=kappa)
+        data = sim.simulate(p, 1)
         u = _text_direction(data)
         np.testing.assert_allclose(data.anomaly @ u, np.sqrt(shared), atol=1e-6)  # float32 text
-        assert S.alignment_prior(p) is None and S.expected_text_cos(p) == pytest.approx(np.sqrt(shared))
+        assert sim.alignment_prior(p) is None and sim.expected_text_cos(p) == pytest.approx(np.sqrt(shared))
         auc = np.array([data.info["zero_shot"][d]["image_auc"] for d in DOMAINS])
         if shared == 0.0:
             assert np.all(np.abs(auc - 50) < 4 * se)
@@ -128,7 +127,7 @@ def test_text_prior_point_mass_and_zero_shot_auc():
     tok = data.test["Brain"].tokens.double().numpy()
     d = (data.text[1] - data.text[0]).double().numpy()
     frozen = ((tok @ data.proj.T) @ (d / np.linalg.norm(d))).max(axis=2).mean(axis=1)
-    ratio = frozen / S.zero_shot_scores(tok, u)
+    ratio = frozen / sim.zero_shot_scores(tok, u)
     np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)  # same u: float64 throughout
     assert ratio[0] > 0
 
@@ -143,12 +142,12 @@ def test_text_prior_point_mass_and_zero_shot_auc():
                                      ({"width": 10, "class_channels": 8}, "modality channels")])
 def test_simulator_bad_parameters(kw, msg):
     with pytest.raises(ValueError, match=msg):
-        S.simulate(S.SimParams(**kw), 0)
+        sim.simulate(sim.SimParams(**kw), 0)
 
 
 def test_head_on_simulated_tokens_shapes_and_gradients():
-    p = S.SimParams(n_train=2, n_test=2)
-    data = S.simulate(p, 0)
+    p = sim.SimParams(n_train=2, n_test=2)
+    data = sim.simulate(p, 0)
     torch.manual_seed(0)
     head = Head(p.width, p.embed_dim, data.text, n_layers=p.n_layers)
     f = features_from_tokens(head, data.train["Liver"].tokens)

@@ -1,17 +1,18 @@
 """``python -m adsim table`` on the toy data and the tiny backbone: the table's shape, paper columns,
 no retraining and no re-evaluation of finished cells, resumption after an interruption."""
-import importlib
 import json
 
 import pandas as pd
 import pytest
 
-import adsim.table as T
-from adsim import reference as REF
-from adsim.__main__ import main
+from adsim.cli.main import main
+from adsim.config import recipes
+from adsim.config.run import config_from_recipe
+from adsim.data import reference
+from adsim.experiments import table
+from adsim.training.train import train
 
-pytestmark = pytest.mark.filterwarnings("ignore::adsim.backbone.RandomWeightsWarning")
-TRAIN = importlib.import_module("adsim.train")  # the module (adsim.train is also the exported function)
+pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 GRID = dict(methods=["naive", "match"], targets=["Brain", "Chest"], shots=[0, 2], backbone="tiny", epochs=1,
             batch_size=8, progress=False)
 
@@ -20,7 +21,7 @@ GRID = dict(methods=["naive", "match"], targets=["Brain", "Chest"], shots=[0, 2]
 def counted(monkeypatch):
     """Count the training runs and the cell evaluations the runner performs."""
     calls = {"train": [], "cells": []}
-    train, cell = TRAIN.train, T.evaluate_cell
+    train, cell = table.train, table.evaluate_cell
 
     def counting_train(cfg, **kw):
         calls["train"].append((cfg.target, cfg.method))
@@ -30,14 +31,14 @@ def counted(monkeypatch):
         calls["cells"].append((target, det.method.name, shots))
         return cell(det, data, target, shots, **kw)
 
-    monkeypatch.setattr(TRAIN, "train", counting_train)
-    monkeypatch.setattr(T, "evaluate_cell", counting_cell)
+    monkeypatch.setattr(table, "train", counting_train)
+    monkeypatch.setattr(table, "evaluate_cell", counting_cell)
     return calls
 
 
 def test_table_grid_files_and_rerun_skips(toy_root, tmp_path, counted, capsys):
     out = tmp_path / "table"
-    done = T.run(out, toy_root, **GRID)
+    done = table.run(out, toy_root, **GRID)
     assert len(done["computed"]) == 2 * 2 * 2 and not done["skipped"]
     assert sorted(counted["train"]) == [(t, m) for t in ("Brain", "Chest") for m in ("match", "naive")]  # once each
     df = pd.read_csv(out / "table.csv")
@@ -48,9 +49,9 @@ def test_table_grid_files_and_rerun_skips(toy_root, tmp_path, counted, capsys):
     assert all(0 <= brain[c] <= 100 for c in ours) and all(0 <= chest[c] <= 100 for c in ours if c.endswith("AC"))
     assert chest[[c for c in ours if c.endswith("AS")]].isna().all()  # Chest has no masks: no AS
     # paper-reported columns, separate and labelled, equal to reference.TABLE1 (naive -> MVFA-AD*, match -> Ours)
-    assert brain["paper-reported MVFA-AD* AC"] == REF.TABLE1["MVFA-AD*"][("Brain", "AC")]
-    assert chest["paper-reported Ours AC"] == REF.TABLE1["Ours"][("Chest", "AC")]
-    assert brain["paper-reported Ours AS"] == REF.TABLE1["Ours"][("Brain", "AS")]
+    assert brain["paper-reported MVFA-AD* AC"] == reference.TABLE1["MVFA-AD*"][("Brain", "AC")]
+    assert chest["paper-reported Ours AC"] == reference.TABLE1["Ours"][("Chest", "AC")]
+    assert brain["paper-reported Ours AS"] == reference.TABLE1["Ours"][("Brain", "AS")]
     md = (out / "table.md").read_text()
     assert "MEANINGLESS" in md and "paper-reported" in md and "| Brain |" in md
     assert "(SIMULATED toy data, make-toy-bmad)" in md  # the toy root carries make-toy-bmad's marker
@@ -67,25 +68,25 @@ def test_table_grid_files_and_rerun_skips(toy_root, tmp_path, counted, capsys):
     assert (len(counted["train"]), len(counted["cells"])) == (n_train, n_cells)
     assert {p.name: p.stat().st_mtime_ns for p in (out / "cells").iterdir()} == mtimes
     with pytest.raises(ValueError, match="other settings"):
-        T.run(out, toy_root, **{**GRID, "epochs": 2})
+        table.run(out, toy_root, **{**GRID, "epochs": 2})
 
 
 def test_interrupted_table_resumes(toy_root, tmp_path, counted, monkeypatch):
     out = tmp_path / "table"
     grid = {**GRID, "targets": ["Chest"]}
-    cell = T.evaluate_cell  # the counting one
+    cell = table.evaluate_cell  # the counting one
 
     def dies_on_third(det, data, target, shots, **kw):
         if len(counted["cells"]) == 2:
             raise KeyboardInterrupt  # e.g. Ctrl-C during the third cell
         return cell(det, data, target, shots, **kw)
 
-    monkeypatch.setattr(T, "evaluate_cell", dies_on_third)
+    monkeypatch.setattr(table, "evaluate_cell", dies_on_third)
     with pytest.raises(KeyboardInterrupt):
-        T.run(out, toy_root, **grid)
+        table.run(out, toy_root, **grid)
     assert len(list((out / "cells").iterdir())) == 2 and not (out / "table.csv").exists()
-    monkeypatch.setattr(T, "evaluate_cell", cell)
-    done = T.run(out, toy_root, **grid)
+    monkeypatch.setattr(table, "evaluate_cell", cell)
+    done = table.run(out, toy_root, **grid)
     assert len(counted["cells"]) == 4  # the 2 finished cells were not evaluated again
     assert len(done["skipped"]) == 2 and len(done["computed"]) == 2
     assert sorted(counted["train"]) == [("Chest", "match"), ("Chest", "naive")]  # the finished run is reused
@@ -94,19 +95,19 @@ def test_interrupted_table_resumes(toy_root, tmp_path, counted, monkeypatch):
 
 def test_bad_requests(toy_root, tmp_path):
     with pytest.raises(ValueError, match="unknown method 'nope'"):
-        T.run(tmp_path / "t", toy_root, methods=["nope"], backbone="tiny")
+        table.run(tmp_path / "t", toy_root, methods=["nope"], backbone="tiny")
     with pytest.raises(ValueError, match="--shots must be integers >= 0"):
-        T.run(tmp_path / "t", toy_root, methods=["naive"], shots=[-2], backbone="tiny")
+        table.run(tmp_path / "t", toy_root, methods=["naive"], shots=[-2], backbone="tiny")
     with pytest.raises(ValueError, match="unknown domain"):
-        T.run(tmp_path / "t", toy_root, methods=["naive"], targets=["Kidney"], backbone="tiny")
+        table.run(tmp_path / "t", toy_root, methods=["naive"], targets=["Kidney"], backbone="tiny")
     with pytest.raises(ValueError, match=r"--shots must be an integer in \[1, 2\]"):  # before any training
-        T.run(tmp_path / "t", toy_root, methods=["naive"], shots=[0, 4], targets=["Liver"], backbone="tiny")
+        table.run(tmp_path / "t", toy_root, methods=["naive"], shots=[0, 4], targets=["Liver"], backbone="tiny")
     assert not (tmp_path / "t" / "runs").exists()
 
 
 def test_a_recipe_selected_on_the_target_test_set_is_flagged(toy_root, tmp_path):
     out = tmp_path / "table"
-    T.run(out, toy_root, methods=["authors"], targets=["Chest"], shots=[0], backbone="tiny", epochs=1,
+    table.run(out, toy_root, methods=["authors"], targets=["Chest"], shots=[0], backbone="tiny", epochs=1,
           progress=False)
     md = (out / "table.md").read_text()
     assert "authors: checkpoint selected on the TARGET's test set" in md and "NOT zero-shot" in md
@@ -118,14 +119,13 @@ def test_a_recipe_selected_on_the_target_test_set_is_flagged(toy_root, tmp_path)
 def test_an_interrupted_training_resumes_from_its_checkpoint(toy_root, tmp_path, counted):
     """A run folder with a checkpoint but no trained.json (killed during training) continues at the first
     unfinished epoch instead of starting again."""
-    from adsim import recipes as R
     out = tmp_path / "table"
     run = out / "runs" / "Chest" / "naive"
-    cfg = TRAIN.config_from_recipe(R.override(R.get("clean"), method="naive", epochs=1), data=str(toy_root),
+    cfg = config_from_recipe(recipes.override(recipes.get("clean"), method="naive", epochs=1), data=str(toy_root),
                                    target="Chest", out=str(run), backbone="tiny", seed=0)
-    TRAIN.train(cfg, progress=False)  # epoch 1 of 2 done, then "killed": no trained.json
+    train(cfg, progress=False)  # epoch 1 of 2 done, then "killed": no trained.json
     assert not (run / "trained.json").exists()
-    T.run(out, toy_root, methods=["naive"], targets=["Chest"], shots=[0], backbone="tiny", epochs=2, progress=False)
+    table.run(out, toy_root, methods=["naive"], targets=["Chest"], shots=[0], backbone="tiny", epochs=2, progress=False)
     history = json.loads((run / "history.json").read_text())["history"]
     assert [h["epoch"] for h in history] == [0, 1]  # epoch 0 kept, epoch 1 added
     assert len(counted["train"]) == 2 and (run / "trained.json").exists()  # the kill + one resumed call
@@ -133,11 +133,11 @@ def test_an_interrupted_training_resumes_from_its_checkpoint(toy_root, tmp_path,
 
 def test_training_free_methods_are_not_trained(toy_root, tmp_path, counted):
     out = tmp_path / "table"
-    T.run(out, toy_root, methods=["winclip"], targets=["Liver"], shots=[0, 2], backbone="tiny", progress=False)
+    table.run(out, toy_root, methods=["winclip"], targets=["Liver"], shots=[0, 2], backbone="tiny", progress=False)
     assert counted["train"] == [] and not (out / "runs").exists()
     assert len(counted["cells"]) == 2
     df = pd.read_csv(out / "table.csv")
     assert {"winclip k=0 AC", "winclip k=2 AS", "paper-reported WinCLIP AS"} <= set(df.columns)
-    assert df["paper-reported WinCLIP AS"][0] == REF.TABLE1["WinCLIP"][("Liver", "AS")]
+    assert df["paper-reported WinCLIP AS"][0] == reference.TABLE1["WinCLIP"][("Liver", "AS")]
     cell = json.loads((out / "cells" / "Liver__winclip__k2.json").read_text())
     assert cell["metrics"]["shots"] == 2 and cell["select"] is None

@@ -1,0 +1,297 @@
+"""``python -m adsim {make-toy-bmad,train,eval,predict,table,protocol,sweep,figures}`` (``COMMAND --help``).
+
+The parser is built from plain-Python modules only (``adsim.config``, ``adsim.data.domains``); torch,
+open_clip and the code of a command load in :func:`main` once the arguments are parsed, so ``--help``
+answers at once.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+import warnings
+from pathlib import Path
+
+from adsim.cli import protocol as protocol_cli
+from adsim.config import recipes
+from adsim.config.choices import BACKBONES, METRICS, MODES, SCORES, ZERO_SHOT_METHODS
+from adsim.config.run import config_from_recipe
+from adsim.data.domains import DOMAINS
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m adsim", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    toy = sub.add_parser("make-toy-bmad", help="write a small SIMULATED BMAD-layout data set")
+    toy.add_argument("dir")
+    toy.add_argument("--n-per-class", type=int, default=8)
+    toy.add_argument("--size", type=int, default=64)
+    toy.add_argument("--seed", type=int, default=0)
+
+    tr = sub.add_parser("train", help="zero-shot training on every domain except --target")
+    tr.add_argument("--data", required=True)
+    tr.add_argument("--target", required=True, help=f"one of {DOMAINS}")
+    tr.add_argument("--out", required=True, help="run folder")
+    tr.add_argument("--recipe", default="clean", help=f"one of {recipes.names()} (docs/recipes.md); the flags "
+                    "below only override its fields")
+    tr.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                    help=f"override any recipe field, of {tuple(f for f in recipes.FIELDS if f != 'name')}")
+    tr.add_argument("--train-domains", nargs="+", default=None)
+    tr.add_argument("--train-splits", nargs="+", default=None)
+    tr.add_argument("--backbone", default="ViT-L-14-336", help=f"one of {tuple(BACKBONES)}")
+    tr.add_argument("--checkpoint", default=None,
+                    help="local weights: an open_clip state dict or OpenAI's TorchScript file, e.g. "
+                         "ViT-L-14-336px.pt (none: random, warned)")
+    tr.add_argument("--image-size", type=int, default=None)
+    tr.add_argument("--no-quick-gelu", dest="quick_gelu", action="store_false")
+    tr.add_argument("--no-clip-norm", dest="clip_norm", action="store_const", const=False, default=None,
+                    help="skip CLIP mean/std normalisation (as the authors did)")
+    tr.add_argument("--epochs", type=int, default=None)
+    tr.add_argument("--batch-size", type=int, default=None)
+    tr.add_argument("--lr", type=float, default=None)
+    tr.add_argument("--grad-clip", type=float, default=1.0)
+    tr.add_argument("--method", default=None, help=f"one of {recipes.CHOICES['method']}")
+    tr.add_argument("--metric", default=None, help=f"one of {METRICS}")
+    tr.add_argument("--gate-mode", default=None, help=f"one of {recipes.CHOICES['gate_mode']}")
+    tr.add_argument("--update", default=None, help=f"one of {recipes.CHOICES['update']}")
+    tr.add_argument("--vaca", action=argparse.BooleanOptionalAction, default=None)
+    for name in ("gamma", "beta-dice", "beta-focal", "beta-bce", "lambda-intra", "lambda-inter", "lambda-var"):
+        tr.add_argument(f"--{name}", type=float, default=None)
+    sel = tr.add_mutually_exclusive_group()
+    sel.add_argument("--select-heldout", type=float, default=None, metavar="FRAC",
+                     help="select the checkpoint on FRAC held-out data of the TRAINING domains")
+    sel.add_argument("--select-on-test", action="store_true",
+                     help="AUTHORS' PROTOCOL, optimistic and NOT zero-shot: select on the target's test set")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--device", default="auto")
+    tr.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto")
+    tr.add_argument("--num-workers", type=int, default=0)
+    tr.add_argument("--resume", action="store_true")
+    tr.add_argument("--no-progress", dest="progress", action="store_false")
+    tr.add_argument("--trunk-cache", action="store_true",
+                    help="compute the frozen trunk's tokens once and keep them in RAM (same result, faster epochs)")
+    tr.add_argument("--compile", nargs="?", const="auto", default=None, choices=MODES, metavar="MODE",
+                    help=f"torch.compile the step after the frozen trunk (same result up to float rounding, fewer "
+                         f"kernel launches; batched gate, one process). MODE: one of {MODES}; alone: auto = "
+                         "reduce-overhead (CUDA graphs) on CUDA, default elsewhere")
+    _dist_args(tr)
+
+    ev = sub.add_parser("eval", help="write RUN/metrics.json for the target's test split")
+    ev.add_argument("--run", "--run-dir", dest="run", required=True,
+                    help="run folder (spell it --run-dir under torchrun, whose own --run-path swallows --run)")
+    ev.add_argument("--data", required=True)
+    ev.add_argument("--target", default=None, help="default: the run's target")
+    ev.add_argument("--checkpoint", choices=("auto", "last", "best"), default="auto")
+    ev.add_argument("--smooth-sigma", type=float, default=None, help="default: the run's recipe (smooth_sigma)")
+    ev.add_argument("--score", default=None, choices=SCORES,
+                    help="image score / pixel map (default: the run's, else logit_max; authors_prob_mean "
+                         "= the released code's mean of probabilities, which saturates)")
+    ev.add_argument("--batch-size", type=int, default=16)
+    ev.add_argument("--device", default="auto")
+    ev.add_argument("--no-progress", dest="progress", action="store_false")
+    ev.add_argument("--overlays", type=int, default=0, metavar="N",
+                    help="also write the N most and N least anomalous test images' heatmaps to RUN/overlays/")
+    ev.add_argument("--shots", type=int, default=0, metavar="K",
+                    help="few-shot mode: K normal images of the target's valid split in a memory bank (never "
+                         "scored; MVFA-AD: 2 4 8 16); 0 = zero-shot")
+    ev.add_argument("--shot-seed", type=int, default=0, help="seed of the draw of the --shots images")
+    _dist_args(ev)
+
+    pr = sub.add_parser("predict", help="score any images (no labels): DIR/scores.csv + one overlay PNG each")
+    pr.add_argument("images", nargs="+", help="image files and/or folders (every file of a folder is tried)")
+    src = pr.add_mutually_exclusive_group(required=True)
+    src.add_argument("--run", help="a trained run folder")
+    src.add_argument("--zero-shot", metavar="METHOD", help=f"a training-free method: one of {ZERO_SHOT_METHODS} or a plugin's")
+    pr.add_argument("--out", required=True, help="output folder")
+    pr.add_argument("--checkpoint", default=None,
+                    help="with --run: auto|last|best (default auto); with --zero-shot: local backbone weights")
+    pr.add_argument("--backbone", default="ViT-L-14-336", help=f"with --zero-shot: one of {tuple(BACKBONES)}")
+    pr.add_argument("--image-size", type=int, default=None, help="with --zero-shot")
+    pr.add_argument("--batch-size", type=int, default=16)
+    pr.add_argument("--device", default="auto")
+    pr.add_argument("--strict", action="store_true", help="fail on an unreadable file instead of skipping it")
+    pr.add_argument("--no-overlays", dest="overlays", action="store_false")
+    pr.add_argument("--shots", type=int, default=0, metavar="K",
+                    help="few-shot mode: K images drawn from --normals in a memory bank (never scored)")
+    pr.add_argument("--normals", nargs="+", default=None, help="with --shots: normal images/folders of the target")
+    pr.add_argument("--shot-seed", type=int, default=0, help="seed of the draw of the --shots images")
+    pr.add_argument("--no-progress", dest="progress", action="store_false")
+    protocol_cli.add_parsers(sub)
+    _table_parser(sub)
+    return p
+
+
+def _table_parser(sub) -> None:
+    tb = sub.add_parser("table", help="Table 1 grid: every target x method x shots (resumable per cell), "
+                        "OUT/table.csv and OUT/table.md with the paper's numbers in separate columns")
+    tb.add_argument("--data", required=True, help="BMAD in the MVFA layout")
+    tb.add_argument("--checkpoint", default=None, help="local open_clip weights (none: random, AUCs meaningless)")
+    tb.add_argument("--methods", nargs="+", required=True,
+                    help=f"training-free {ZERO_SHOT_METHODS} and/or trained: recipes {recipes.names()} or methods "
+                         f"{recipes.CHOICES['method']} of --recipe, trained once per target (leave-one-out)")
+    tb.add_argument("--out", required=True)
+    tb.add_argument("--shots", nargs="+", type=int, default=[0], help="0 = zero-shot; MVFA-AD: 2 4 8 16")
+    tb.add_argument("--shot-seed", type=int, default=0, help="seed of the draw of the k normal shot images")
+    tb.add_argument("--targets", nargs="+", default=None, help=f"default: all of {DOMAINS}")
+    tb.add_argument("--backbone", default="ViT-L-14-336", help=f"one of {tuple(BACKBONES)}")
+    tb.add_argument("--epochs", type=int, default=None, help="trained methods (default: the recipe's)")
+    tb.add_argument("--recipe", default="clean", help=f"one of {recipes.names()}: the trained methods' recipe")
+    tb.add_argument("--seed", type=int, default=0)
+    tb.add_argument("--batch-size", type=int, default=16)
+    tb.add_argument("--device", default="auto")
+    tb.add_argument("--no-progress", dest="progress", action="store_false")
+
+
+def _dist_args(p) -> None:
+    p.add_argument("--dist-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="under torchrun: fail (instead of hanging) when a collective waits longer than this")
+
+
+def _train_config(args):
+    """The run's config: ``--recipe``, then ``--set``, then the explicit flags (each only overrides)."""
+    select = "test" if args.select_on_test else "heldout" if args.select_heldout else None
+    flags = dict(train_splits=tuple(args.train_splits) if args.train_splits else None, clip_norm=args.clip_norm,
+                 epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, method=args.method,
+                 metric=args.metric, gate_mode=args.gate_mode, update=args.update, vaca=args.vaca,
+                 gamma=args.gamma, beta_dice=args.beta_dice, beta_focal=args.beta_focal, beta_bce=args.beta_bce,
+                 lambda_intra=args.lambda_intra, lambda_inter=args.lambda_inter, lambda_var=args.lambda_var,
+                 select=select)
+    recipe = recipes.override(recipes.override(recipes.get(args.recipe), **recipes.parse_sets(args.set)), **flags)
+    return config_from_recipe(
+        recipe, data=args.data, target=args.target, out=args.out, train_domains=args.train_domains,
+        backbone=args.backbone, checkpoint=args.checkpoint, image_size=args.image_size,
+        quick_gelu=args.quick_gelu, grad_clip=args.grad_clip, holdout_frac=args.select_heldout or 0.2,
+        seed=args.seed, device=args.device, precision=args.precision, num_workers=args.num_workers)
+
+
+def _smooth_sigma(run) -> float:
+    """The run's recipe value (runs written before recipes existed: 4.0, the old default)."""
+    from adsim.runtime.io import read_json
+
+    path = Path(run) / "config.json"
+    return float(read_json(path)["config"].get("smooth_sigma", 4.0)) if path.is_file() else 4.0
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _predict(args) -> str:
+    """``predict``: scores.csv (path, score; written atomically) and, unless ``--no-overlays``, one
+    overlay PNG per image in ``--out``; unreadable files are skipped with one ``warning:`` line each."""
+    # torch, open_clip and the methods load here, once the command runs
+    from adsim.data.images import image_items
+    from adsim.inference.detector import Detector, UnreadableImageWarning
+    from adsim.methods.fewshot import exclude_shots
+    from adsim.runtime.io import check_writable, write_json
+    from poolsim import atomic_write_text
+
+    check_writable(args.out)  # before any work
+    if args.run is not None:
+        if args.backbone != "ViT-L-14-336" or args.image_size is not None:
+            raise ValueError("--backbone and --image-size go with --zero-shot; a run folder fixes its own")
+        det = Detector.from_run(args.run, checkpoint=args.checkpoint or "auto", device=args.device)
+    else:
+        det = Detector.zero_shot(args.zero_shot, backbone=args.backbone, checkpoint=args.checkpoint,
+                                 image_size=args.image_size, device=args.device)
+    out = Path(args.out)
+    images = args.images
+    if args.shots or args.normals:
+        if not args.shots or not args.normals:
+            raise ValueError("--shots K and --normals IMAGES go together (K normal images of the target)")
+        det = det.with_shots(args.normals, args.shots, seed=args.shot_seed, batch_size=args.batch_size)
+        images = exclude_shots([src for _, src in image_items(images)], det.method.paths)  # never scored
+        write_json(out / "shots.json", {k: det.info[k] for k in ("shots", "shot_seed", "shot_files", "weight")})
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning  # the CLI reports each skipped file on one line
+        warnings.simplefilter("always", UnreadableImageWarning)
+        pred = det.predict(images, batch_size=args.batch_size, maps=False, progress=args.progress,
+                           strict=args.strict, overlays=out / "overlays" if args.overlays else None)
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["path", "score"])
+    writer.writerows((p, repr(float(s))) for p, s in zip(pred.paths, pred.scores))
+    atomic_write_text(out / "scores.csv", text.getvalue())
+    return (f"scored {len(pred.paths)} images with {det.method.name}: {out / 'scores.csv'}"
+            + (f", overlays in {out / 'overlays'}" if args.overlays else ""))
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    # torch and the command's code load here, after parsing (``--help`` never gets this far)
+    from adsim.runtime import distributed
+    from adsim.runtime.io import check_writable
+
+    try:
+        if args.command in ("train", "eval"):  # torchrun: join the process group (no-op otherwise)
+            distributed.setup(args.device, args.dist_timeout)
+
+        if args.command == "make-toy-bmad":
+            from adsim.data.toy import make_toy_bmad
+
+            check_writable(args.dir, "make-toy-bmad DIR")  # before any work
+            root = make_toy_bmad(args.dir, n_per_class=args.n_per_class, size=args.size, seed=args.seed)
+            print(f"wrote SIMULATED toy BMAD to {root}")
+        elif args.command == "predict":
+            print(_predict(args))
+        elif args.command in ("protocol", "sweep", "figures"):
+            print(protocol_cli.main(args))
+        elif args.command == "table":
+            from adsim.experiments.table import run as run_table
+
+            check_writable(args.out)  # before any work
+            done = run_table(args.out, args.data, methods=args.methods, targets=args.targets, shots=args.shots,
+                             recipe=args.recipe, backbone=args.backbone, checkpoint=args.checkpoint,
+                             epochs=args.epochs, seed=args.seed, shot_seed=args.shot_seed, device=args.device,
+                             batch_size=args.batch_size, progress=args.progress)
+            print(f"{len(done['computed'])} cells computed, {len(done['skipped'])} already done; "
+                  f"wrote {Path(args.out) / 'table.md'}")
+        elif args.command == "train":
+            from adsim.training.train import train
+
+            cfg = _train_config(args)
+            check_writable(args.out)  # before any work
+            if cfg.select == "test":
+                print("WARNING: select='test' selects the checkpoint on the TARGET's test set "
+                      "(authors' protocol): the result is optimistic and not zero-shot", file=sys.stderr)
+            out = train(cfg, resume=args.resume, progress=args.progress, trunk_cache=args.trunk_cache,
+                        compile_mode=args.compile)
+            if distributed.is_main():
+                print(f"run written to {out}")
+        else:
+            from adsim.evaluation.evaluate import evaluate
+
+            if Path(args.run, "config.json").is_file():
+                check_writable(args.run, "--run")  # metrics.json goes there
+            sigma = args.smooth_sigma if args.smooth_sigma is not None else _smooth_sigma(args.run)
+            metrics = evaluate(args.run, args.data, args.target, checkpoint=args.checkpoint,
+                               smooth_sigma=sigma, batch_size=args.batch_size, device=args.device,
+                               progress=args.progress, scoring=args.score, overlays=args.overlays,
+                               shots=args.shots, shot_seed=args.shot_seed)
+            if distributed.is_main():
+                print(json.dumps(metrics, indent=2))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # e.g. a disk that fills during the run: one line, never a traceback
+        print(f"error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
+        return 2
+    except RuntimeError as err:
+        w = distributed.world()
+        if w.size == 1:
+            raise
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"error: rank {w.rank} of {w.size}: distributed training failed -- a peer process died, or a "
+              f"collective waited longer than --dist-timeout {args.dist_timeout:g} s ({first})", file=sys.stderr)
+        return 1
+    finally:
+        if args.command in ("train", "eval"):
+            distributed.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

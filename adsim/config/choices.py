@@ -1,0 +1,26 @@
+"""Named choices shared by the CLI, the recipes and the code that implements them (plain Python, no torch).
+
+Each tuple is the one definition of its choice; the modules that implement a choice import it from here,
+so ``python -m adsim ... --help`` can list them without loading torch or open_clip.
+"""
+from __future__ import annotations
+
+TINY = "adsim-tiny"
+# name -> (open_clip config name, default image size). ViT-L-14-336 runs at 238 px: the 17 x 17 patch
+# grid of the authors' "240 px" set-up (their conv silently drops the last 2 pixel rows/columns; we
+# refuse image sizes that are not a multiple of the patch size instead).
+BACKBONES = {
+    "tiny": (TINY, 64),
+    "ViT-B-16": ("ViT-B-16", 224),
+    "ViT-L-14": ("ViT-L-14", 224),
+    "ViT-L-14-336": ("ViT-L-14-336", 238),
+}
+# image score / pixel map of the adapter head (adsim.model.head explains each)
+SCORES = ("logit_max", "logit_mean", "authors_prob_mean")
+DEFAULT_SCORE = "logit_max"
+# torch.compile modes of the training step (adsim.training.compile)
+MODES = ("auto", "default", "reduce-overhead")
+# the matching core's metrics (poolsim's METRICS; a test checks they agree)
+METRICS = ("l2", "cosine", "geodesic")
+# the built-in training-free methods (adsim.methods.baselines registers them; a test checks they agree)
+ZERO_SHOT_METHODS = ("winclip",)

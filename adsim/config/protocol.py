@@ -1,0 +1,13 @@
+"""The domain-addition protocol's named method variants, domain orders and modes (plain Python)."""
+from __future__ import annotations
+
+# protocol method name -> the recipe fields it overrides
+METHODS = {
+    "naive": dict(method="naive", metric="geodesic", vaca=False),
+    "match-l2": dict(method="match", metric="l2", vaca=False),
+    "match-cosine": dict(method="match", metric="cosine", vaca=False),
+    "match-geodesic": dict(method="match", metric="geodesic", vaca=False),
+    "match-geodesic-vaca": dict(method="match", metric="geodesic", vaca=True),
+}
+ORDERS = ("hardest", "reverse", "random")
+MODES = ("cumulative", "sequential")

@@ -1,0 +1,16 @@
+"""Data: the BMAD domains and MVFA folder layout, image readers, the SIMULATED toy set and feature
+simulator, and the paper's reported numbers. Names load on first use.
+"""
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submodules=['bmad', 'domains', 'images', 'reference', 'sim', 'toy'],
+    submod_attrs={
+        'domains': ['ALIASES', 'DOMAINS', 'MASKED', 'SPLITS', 'TASKS', 'canonical_domain'],
+        'bmad': ['IMAGE_EXT', 'SIMULATED_MARKER', 'UNREADABLE', 'ImageDataset', 'Sample', 'holdout', 'list_split', 'preprocess', 'read_image', 'require_both_classes', 'simulated', 'unnormalise'],
+        'images': ['image_items'],
+        'toy': ['make_toy_bmad'],
+        'sim': ['SimParams', 'simulate'],
+    },
+)

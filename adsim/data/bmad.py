@@ -1,0 +1,145 @@
+"""BMAD in the MVFA-AD folder layout.
+
+``ROOT/{Brain,Liver,Retina_RESC,Retina_OCT2017,Chest,Histopathology}_AD/{valid,test}/{good,Ungood}/img/*``
+with pixel masks ``Ungood/anomaly_mask/<same file name>`` for Brain, Liver and Retina_RESC.
+Bad layouts raise ``ValueError`` naming the path: a missing folder, an empty split, a missing mask.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
+from PIL import Image
+
+from adsim.data.domains import MASKED, SPLITS, canonical_domain
+
+SIMULATED_MARKER = "SIMULATED_TOY_DATA.txt"  # written by ``make-toy-bmad`` at the data root
+
+
+def simulated(root) -> bool:
+    """Whether ``root`` is SIMULATED toy data (``adsim.toy.make_toy_bmad`` left its marker file there)."""
+    return (Path(root) / SIMULATED_MARKER).is_file()
+
+
+IMAGE_EXT = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+
+
+class Sample(NamedTuple):
+    image: Path
+    label: int          # 0 normal (good), 1 anomalous (Ungood)
+    mask: Path | None   # pixel mask (Ungood of a masked domain only)
+    domain: str
+
+
+def _images(folder: Path) -> list:
+    if not folder.is_dir():
+        raise ValueError(f"missing folder {folder} (expected the MVFA-AD layout of BMAD)")
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXT)
+
+
+def list_split(root, domain: str, split: str) -> list:
+    """All samples of one split of one domain, normal first."""
+    domain = canonical_domain(domain)
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    base = Path(root) / f"{domain}_AD" / split
+    if not base.is_dir():
+        raise ValueError(f"missing folder {base} (expected the MVFA-AD layout of BMAD)")
+    samples = [Sample(p, 0, None, domain) for p in _images(base / "good" / "img")]
+    masks = {}
+    if domain in MASKED:
+        masks = {p.stem: p for p in _images(base / "Ungood" / "anomaly_mask")}
+    for p in _images(base / "Ungood" / "img"):
+        mask = None
+        if domain in MASKED:
+            mask = masks.get(p.stem)
+            if mask is None:
+                raise ValueError(f"anomalous image {p} has no mask {base / 'Ungood' / 'anomaly_mask' / p.name}")
+        samples.append(Sample(p, 1, mask, domain))
+    if not samples:
+        raise ValueError(f"empty split {base}: no images in good/img or Ungood/img")
+    return samples
+
+
+def require_both_classes(samples: list, what: str) -> None:
+    """AUC is undefined on one class: raise ``ValueError``."""
+    labels = {s.label for s in samples}
+    if labels != {0, 1}:
+        raise ValueError(f"{what} has only {'normal' if labels == {0} else 'anomalous'} images; "
+                         "AUC needs both normal and anomalous images")
+
+
+_MEAN = torch.tensor(OPENAI_DATASET_MEAN).view(3, 1, 1)
+_STD = torch.tensor(OPENAI_DATASET_STD).view(3, 1, 1)
+
+
+def preprocess(image: Image.Image, size: int, *, clip_norm: bool = True) -> torch.Tensor:
+    """The training preprocessing of one image: RGB, bicubic resize to ``size x size``, ``[0, 1]``, CLIP
+    mean/std normalisation when ``clip_norm``. Returns ``(3, size, size)`` float32. Any image size is
+    accepted (mismatched sizes are resized, as in training)."""
+    img = image.convert("RGB").resize((size, size), Image.BICUBIC)
+    x = torch.from_numpy(np.asarray(img, dtype=np.float32) / 255.0).permute(2, 0, 1)
+    return (x - _MEAN) / _STD if clip_norm else x
+
+
+# what PIL raises for a file that is not a readable image
+UNREADABLE = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
+
+
+def read_image(src, size: int, *, clip_norm: bool = True) -> torch.Tensor:
+    """:func:`preprocess` of ``src``, a path or an open PIL image: ``(3, size, size)`` float32. A file that
+    is not a readable image raises one of :data:`UNREADABLE`."""
+    if isinstance(src, Image.Image):
+        return preprocess(src, size, clip_norm=clip_norm)
+    with Image.open(src) as im:
+        return preprocess(im, size, clip_norm=clip_norm)
+
+
+def unnormalise(x: torch.Tensor, *, clip_norm: bool = True) -> torch.Tensor:
+    """Inverse of :func:`preprocess`'s normalisation: ``(..., 3, S, S)`` -> RGB in ``[0, 1]``."""
+    return (x.cpu() * _STD + _MEAN).clamp(0, 1) if clip_norm else x.cpu().clamp(0, 1)
+
+
+class ImageDataset(torch.utils.data.Dataset):
+    """Items: ``image (3, S, S)`` float, ``mask (S, S)`` 0/1, ``has_mask`` (a normal image's mask is
+    all zero and known; an anomalous image without a mask has ``has_mask = 0``), ``label``, ``index``."""
+
+    def __init__(self, samples: list, size: int, *, clip_norm: bool = True):
+        self.samples, self.size, self.clip_norm = list(samples), size, clip_norm
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        s = self.samples[i]
+        x = read_image(s.image, self.size, clip_norm=self.clip_norm)
+        if s.mask is not None:
+            with Image.open(s.mask) as im:
+                m = np.asarray(im.convert("L").resize((self.size, self.size), Image.NEAREST)) > 127
+            mask = torch.from_numpy(m.astype(np.float32))
+        else:
+            mask = torch.zeros(self.size, self.size)
+        has_mask = float(s.label == 0 or s.mask is not None)
+        return {"image": x, "mask": mask, "has_mask": torch.tensor(has_mask),
+                "label": torch.tensor(float(s.label)), "index": torch.tensor(i)}
+
+
+def holdout(samples: list, fraction: float, seed: int) -> tuple:
+    """Split ``samples`` into (train, held-out) with ``fraction`` of every (domain, class) held out."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"holdout fraction must be in (0, 1), got {fraction!r}")
+    rng = np.random.default_rng(seed)
+    train, held = [], []
+    groups = {}
+    for s in samples:
+        groups.setdefault((s.domain, s.label), []).append(s)
+    for key in sorted(groups):
+        g = groups[key]
+        order = rng.permutation(len(g))
+        k = int(round(fraction * len(g)))
+        held += [g[j] for j in order[:k]]
+        train += [g[j] for j in order[k:]]
+    return train, held

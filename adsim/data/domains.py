@@ -1,0 +1,24 @@
+"""The six BMAD domains, their canonical names, and which have pixel masks (plain Python, no torch)."""
+from __future__ import annotations
+
+DOMAINS = ("Brain", "Liver", "Retina_RESC", "Retina_OCT2017", "Chest", "Histopathology")
+MASKED = ("Brain", "Liver", "Retina_RESC")  # the domains with pixel masks (AS is evaluated)
+SPLITS = ("valid", "test")
+ALIASES = {"brainmri": "Brain", "liverct": "Liver", "resc": "Retina_RESC",
+           "oct17": "Retina_OCT2017", "oct2017": "Retina_OCT2017", "chestxray": "Chest",
+           "his": "Histopathology"}
+TASKS = ("AC", "AS")  # image-level anomaly AUC everywhere; pixel-level where the domain has masks (MASKED)
+
+
+def canonical_domain(name: str) -> str:
+    """``"Brain"``, ``"BrainMRI"``, ``"RESC"``, ``"OCT17"``, ``"HIS"`` ... -> the folder stem."""
+    if name in DOMAINS:
+        return name
+    key = name.lower().replace("_ad", "").replace("-", "").replace("_", "")
+    for d in DOMAINS:
+        if key == d.lower().replace("_", ""):
+            return d
+    if key in ALIASES:
+        return ALIASES[key]
+    raise ValueError(f"unknown domain/target {name!r}; must be one of {DOMAINS} "
+                     f"(aliases: {sorted(ALIASES)})")

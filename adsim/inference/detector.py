@@ -1,0 +1,266 @@
+"""Inference: the one path from images to anomaly scores and pixel maps.
+
+``Detector.from_run(RUN)`` rebuilds a trained run's method (``adsim._method.TRAINED[cfg.method]``),
+``Detector.zero_shot(name, backbone=..., checkpoint=...)`` a training-free one
+(``adsim.methods.catalog.zero_shot``). ``predict(images)`` takes a folder, a list of paths, PIL images or a
+tensor ``(B, 3, H, W)`` in ``[0, 1]`` and returns a :class:`Prediction` (NumPy; no labels needed);
+``score_samples(samples)`` streams labelled ``adsim.data.Sample`` batches (evaluation, model selection).
+Both run the method under ``torch.inference_mode()`` batch by batch on the detector's device, with
+the training preprocessing (``adsim.data.preprocess``: bicubic resize to the method's image size, CLIP
+normalisation when the method's ``clip_norm``); only what the caller keeps accumulates, so peak memory
+does not grow with the number of images (``maps=False`` and ``overlays=DIR`` keep no map at all).
+
+Bad input: an unreadable or non-image file is skipped with one :class:`UnreadableImageWarning` line
+naming it (``strict=True``: ``ValueError``); a run folder this adsim version cannot rebuild (a config
+field unknown to it or missing, a value it does not know, another backbone, a head state dict that
+does not fit) raises ``ValueError`` naming what differs.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from adsim.config.run import TrainConfig, validate
+from adsim.data import bmad
+from adsim.data.images import image_items
+from adsim.inference.overlays import overlay_names, write_overlay
+from adsim.inference.scoring import run_score
+from adsim.methods import catalog, registry
+from adsim.methods.fewshot import attach
+from adsim.model.backbone import build_backbone, fingerprint
+from adsim.runtime.device import autocast_dtype, resolve_device
+from adsim.runtime.io import load_torch, read_json
+
+CHECKPOINTS = ("auto", "last", "best")
+# what PIL raises for a file that is not a (complete, decodable) image
+
+
+class UnreadableImageWarning(UserWarning):
+    """An input file could not be read as an image and was skipped."""
+
+
+class Prediction(NamedTuple):
+    """``paths``: one name per scored image (the file path, or ``<PIL image i>`` / ``<tensor image i>``);
+    ``scores: (n,)`` float32, higher = more anomalous; ``maps: (n, S, S)`` float32 pixel maps at the
+    method's input size ``S``, or ``None`` with ``maps=False``."""
+    paths: list
+    scores: np.ndarray
+    maps: np.ndarray | None
+
+
+class Run(NamedTuple):
+    """A run folder, rebuilt: its validated config, ``config.json`` record, frozen backbone (on
+    ``device``), checkpoint head state dict and ``{"file", "epoch"}`` of the checkpoint."""
+    cfg: object
+    record: dict
+    backbone: object
+    state: dict
+    checkpoint: dict
+    device: torch.device
+
+
+def _run_config(record: dict, where: Path):
+    """``TrainConfig`` of a ``config.json`` record; a field unknown to this version, a missing field or
+    an unknown value -> ``ValueError`` naming it."""
+
+    fields = record.get("config")
+    if not isinstance(fields, dict):
+        raise ValueError(f"{where} has no 'config' object: not a run folder of this adsim version")
+    unknown = sorted(set(fields) - set(TrainConfig._fields))
+    missing = sorted(set(TrainConfig._fields) - set(fields))
+    if unknown or missing:
+        what = "; ".join(part for part in (unknown and f"fields unknown to this adsim version: {unknown}",
+                                            missing and f"fields missing: {missing}") if part)
+        raise ValueError(f"{where} was written by another adsim version or recipe set ({what})")
+    for key in ("backbone_fingerprint", "prompts"):
+        if key not in record:
+            raise ValueError(f"{where} lacks {key!r}: written by another adsim version")
+    cfg = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    try:
+        return validate(cfg)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
+def load_run(run, *, checkpoint: str = "auto", device: str = "auto") -> Run:
+    """Rebuild a run folder's config, backbone (weights checked against the run's fingerprint) and
+    checkpoint state; ``checkpoint``: ``"auto"`` (best when the run selected one, else last),
+    ``"last"`` or ``"best"``."""
+    run = Path(run)
+    where = run / "config.json"
+    if not where.is_file():
+        raise ValueError(f"{run} is not a run folder (no config.json)")
+    record = read_json(where)
+    cfg = _run_config(record, where)
+    if checkpoint not in CHECKPOINTS:
+        raise ValueError(f"checkpoint must be one of {CHECKPOINTS}, got {checkpoint!r}")
+    if checkpoint == "auto":
+        checkpoint = "best" if cfg.select != "last" else "last"
+    path = run / f"checkpoint_{checkpoint}.pt"
+    if not path.is_file():
+        raise ValueError(f"missing checkpoint {path}")
+    dev = resolve_device(device)
+    backbone = build_backbone(cfg.backbone, image_size=cfg.image_size, checkpoint=cfg.checkpoint,
+                              quick_gelu=cfg.quick_gelu, seed=cfg.seed, device=dev)
+    saved_spec = record.get("backbone_spec")
+    if isinstance(saved_spec, dict):
+        now = {k: list(v) if isinstance(v, tuple) else v for k, v in backbone.spec._asdict().items()}
+        diff = sorted(k for k in set(now) | set(saved_spec) if now.get(k) != saved_spec.get(k))
+        if diff:
+            raise ValueError(f"{where}: this adsim version builds {cfg.backbone} differently "
+                             f"({', '.join(f'{k}: run {saved_spec.get(k)!r}, now {now.get(k)!r}' for k in diff)})")
+    fp = fingerprint(backbone.model)
+    if not math.isclose(fp, record["backbone_fingerprint"], rel_tol=1e-9, abs_tol=1e-6):
+        raise ValueError(f"backbone weights differ from the run's (fingerprint {fp} vs "
+                         f"{record['backbone_fingerprint']}): wrong --checkpoint or a changed file")
+    ckpt = load_torch(path, map_location=dev)
+    if not isinstance(ckpt.get("head"), dict) or "epoch" not in ckpt:
+        raise ValueError(f"checkpoint {path} has no 'head' state dict and 'epoch': not an adsim run checkpoint")
+    return Run(cfg, record, backbone, ckpt["head"], {"file": path.name, "epoch": int(ckpt["epoch"])}, dev)
+
+
+class _Images(torch.utils.data.Dataset):
+    """``(name, source)`` items (a path or a PIL image) -> ``{"index", "image"}``, or ``{"index",
+    "error"}`` for a file that cannot be read as an image (the caller warns or raises)."""
+
+    def __init__(self, items: list, size: int, clip_norm: bool):
+        self.items, self.size, self.clip_norm = items, size, clip_norm
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        src = self.items[i][1]
+        try:
+            return {"index": i, "image": bmad.read_image(src, self.size, clip_norm=self.clip_norm)}
+        except bmad.UNREADABLE as err:
+            return {"index": i, "error": f"{type(err).__name__}: {err}"}
+
+
+def _collate(items: list) -> dict:
+    ok = [it for it in items if "image" in it]
+    return {"index": [it["index"] for it in ok], "image": torch.stack([it["image"] for it in ok]) if ok else None,
+            "errors": [(it["index"], it["error"]) for it in items if "error" in it]}
+
+
+
+
+
+
+
+
+class Detector:
+    """A method (``adsim._method.Method``) on a device, ready to score images.
+
+    Attributes: ``method``, ``device`` (``torch.device``), ``info`` (dict: where the method came from,
+    e.g. the run folder and checkpoint). ``precision``: autocast of the forward pass (``"auto"``: bf16
+    on GPU, float32 on CPU; see ``adsim._io.autocast_dtype``)."""
+
+    def __init__(self, method: registry.Method, *, device="auto", precision: str = "auto", info: dict | None = None):
+        self.device = resolve_device(device) if isinstance(device, str) else torch.device(device)
+        self.method = method.to(self.device)
+        self.amp = autocast_dtype(precision, self.device)
+        self.info = dict(info or {})
+
+    def __repr__(self):
+        return f"Detector({self.method.name}, image_size={self.method.image_size}, device={self.device})"
+
+    @classmethod
+    def from_run(cls, run, *, checkpoint: str = "auto", device: str = "auto", scoring: str | None = None):
+        """The method a ``python -m adsim train`` run folder trained, with its checkpoint (``"auto"``,
+        ``"last"``, ``"best"``) and precision. ``scoring``: override of the run's score (one of
+        ``adsim.head.SCORES``; default: the run's recipe)."""
+        r = load_run(run, checkpoint=checkpoint, device=device)
+        load = catalog.trained(r.cfg.method)
+        cfg = r.cfg._replace(scoring=run_score(r.cfg, scoring))
+        method = load(cfg, r.backbone, r.record, r.state)
+        info = {"run": str(run), "checkpoint": r.checkpoint, "config": cfg, "backbone": r.backbone.spec,
+                "scoring": cfg.scoring}
+        return cls(method, device=r.device, precision=cfg.precision, info=info)
+
+    @classmethod
+    def zero_shot(cls, method: str = "winclip", *, backbone: str = "ViT-L-14-336", checkpoint: str | None = None,
+                  image_size: int | None = None, device: str = "auto", seed: int = 0, precision: str = "auto",
+                  **options):
+        """A training-free method of ``adsim.methods.catalog`` on a frozen backbone (local
+        ``checkpoint`` weights; none = random, warned). ``options`` go to the method's builder."""
+        build = catalog.zero_shot(method)
+        dev = resolve_device(device)
+        bb = build_backbone(backbone, image_size=image_size, checkpoint=checkpoint, seed=seed, device=dev)
+        info = {"zero_shot": method, "backbone": bb.spec, "checkpoint": checkpoint, "options": options}
+        return cls(build(bb, **options), device=dev, precision=precision, info=info)
+
+    def with_shots(self, normal_images, k: int, *, seed: int = 0, batch_size: int = 16) -> "Detector":
+        """Few-shot mode (``adsim.fewshot``, MVFA-AD's k-shot setting): ``k`` of ``normal_images`` (normal
+        images of the target: a folder, paths, PIL images or ``adsim.data.Sample`` s), drawn with ``seed``,
+        in a memory bank fused with this detector's zero-shot output. Returns a new detector; never score
+        the shots (``adsim.fewshot.exclude_shots``)."""
+        return attach(self, normal_images, k, seed=seed, batch_size=batch_size)
+
+    def _forward(self, x: torch.Tensor, maps: bool) -> registry.Output:
+        self.method.eval()
+        with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.amp or torch.float32,
+                                                    enabled=self.amp is not None):
+            out = self.method(x.to(self.device, non_blocking=True))
+            return registry.Output(out.scores.float().cpu().numpy(), out.maps.float().cpu().numpy() if maps else None)
+
+    def score_samples(self, samples, *, batch_size: int = 16, maps: bool = True, progress: bool = False,
+                      desc: str = "scoring", num_workers: int = 0) -> Iterator[tuple]:
+        """Stream ``adsim.data.Sample`` s in order: per batch ``(Output, batch)`` with ``Output.scores
+        (b,)`` and ``Output.maps (b, S, S)`` (``None`` with ``maps=False``) as NumPy (``patches`` left
+        empty) and ``batch`` the ``adsim.data.ImageDataset`` batch (``label``, ``mask``, ``index``, ...)."""
+        _check_batch_size(batch_size)
+        ds = bmad.ImageDataset(samples, self.method.image_size, clip_norm=self.method.clip_norm)
+        loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                                             pin_memory=self.device.type == "cuda")
+        for batch in tqdm(loader, desc=desc, disable=not progress, leave=False):
+            yield self._forward(batch["image"], maps), batch
+
+    def predict(self, images, *, batch_size: int = 16, maps: bool = True, progress: bool = False,
+                strict: bool = False, overlays=None, num_workers: int = 0) -> Prediction:
+        """Score ``images`` (see :func:`image_items`); no labels needed. ``maps=False`` keeps no pixel
+        map; ``overlays=DIR`` writes one heatmap PNG per image while streaming (``adsim.overlays``;
+        names: ``adsim.inference.overlays.overlay_names``). Unreadable files are skipped with one warning
+        naming each (``strict=True``: ``ValueError``); ``paths`` lists the images actually scored."""
+        _check_batch_size(batch_size)
+        items = image_items(images)
+        if not items:
+            raise ValueError(f"images: nothing to score in {images!r}")
+        names = None
+        if overlays is not None:
+            names = overlay_names([n for n, _ in items])
+        ds = _Images(items, self.method.image_size, self.method.clip_norm)
+        loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                                             collate_fn=_collate, pin_memory=self.device.type == "cuda")
+        paths, scores, all_maps = [], [], []
+        for batch in tqdm(loader, desc="predict", disable=not progress, leave=False):
+            for i, err in batch["errors"]:
+                if strict:
+                    raise ValueError(f"cannot read {items[i][0]} as an image ({err})")
+                warnings.warn(f"skipped {items[i][0]}: not a readable image ({err})", UnreadableImageWarning,
+                              stacklevel=2)
+            if batch["image"] is None:
+                continue
+            out = self._forward(batch["image"], maps or overlays is not None)
+            paths += [items[i][0] for i in batch["index"]]
+            scores.append(out.scores)
+            if maps:
+                all_maps.append(out.maps)
+            if overlays is not None:
+                rgb = bmad.unnormalise(batch["image"], clip_norm=self.method.clip_norm).permute(0, 2, 3, 1).numpy()
+                for j, i in enumerate(batch["index"]):
+                    write_overlay(Path(overlays) / names[i], rgb[j], out.maps[j], score=float(out.scores[j]))
+        if not paths:
+            raise ValueError(f"images: none of the {len(items)} inputs is a readable image")
+        return Prediction(paths, np.concatenate(scores), np.concatenate(all_maps) if maps else None)
+
+
+def _check_batch_size(batch_size) -> None:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")

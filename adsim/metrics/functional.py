@@ -1,0 +1,27 @@
+"""Small metric helpers shared by evaluation, the protocol, the simulator and model selection."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.ndimage import gaussian_filter
+from sklearn.metrics import roc_auc_score
+
+
+def auc_percent(labels, scores) -> float:
+    labels = np.asarray(labels).ravel()
+    if len(np.unique(labels)) < 2:
+        raise ValueError("AUC undefined: the labels contain one class only")
+    return 100.0 * float(roc_auc_score(labels, np.asarray(scores).ravel()))
+
+
+def check_sigma(sigma: float) -> float:
+    if sigma < 0 or not math.isfinite(sigma):
+        raise ValueError(f"smoothing sigma must be a finite number >= 0, got {sigma!r}")
+    return sigma
+
+
+def smooth(maps: np.ndarray, sigma: float) -> np.ndarray:
+    if check_sigma(sigma) == 0:
+        return maps
+    return np.stack([gaussian_filter(m, sigma=sigma) for m in maps])

@@ -1,0 +1,431 @@
+"""The detector's normal/anomaly centroids: state plus calls into ``poolsim._core`` on torch tensors.
+
+Algorithm 1, step (3), per layer and task. For a unit feature ``f`` with label ``y`` and centroids
+``c+`` (normal), ``c-`` (anomaly), ``d+- = M(f, c+-)`` and the adaptive radius is
+``tau(f) = min(d+, d-)``. The feature is *matched* to its label's centroid only when that centroid
+is strictly the closer one (``d_y = tau < d_other``, i.e. ``gate(d_y, d_other)`` of the core);
+otherwise it is skipped. A matched feature moves its centroid by the EMA of the paper
+(``alpha = 0.5`` then renormalisation, ``_core.ema_update``) or, as an option, along the great
+circle (``_core.slerp_update``). Centroids start at zero ("no warm start"); a zero centroid is
+*uninitialised* and never blocks: the first label-consistent feature initialises it (the EMA of a zero
+centroid is ``f / ||f||``) and an uninitialised *other* centroid counts as infinitely far away.
+(Taken literally, ``arccos(<f, 0>) = pi/2`` for both zero centroids would reject every feature forever.)
+
+Two gate modes:
+
+* ``sequential`` -- Algorithm 1 literally: features are visited one by one and each is gated against
+  the centroids as already moved by the features before it (order-dependent; ``n`` small steps).
+* ``batched`` -- every feature of the batch is gated against the *batch-start* centroids, and each
+  centroid takes one EMA step towards the normalised mean of its matched features. One vectorised
+  step per batch; with one feature per batch both modes are identical (tested).
+
+All decisions are 0/1 float weights (no boolean indexing, no host syncs); the returned centroids carry
+gradients through the matched features so that ``L_intra``/``L_inter`` train the adapters, while the
+stored state is detached.
+
+Exact and fast: :func:`match_sequential` takes Algorithm 1's decisions in one compiled, no-grad
+``jax.lax.scan`` over the features (the body is ``_gate`` and ``_core.ema_update``, the same code as
+the literal loop; ~``n * 2d`` flops; on CUDA tensors one fused Triton kernel instead, see the end of
+this docstring) and then rebuilds each centroid's EMA trajectory in torch as one
+weighted sum of the matched features, ``c_n = W_0 c_0 + sum_j W_j f_j``, with the per-step
+normalisers ``r_j = ||alpha c_{j-1} + (1 - alpha) f_j||`` taken from the scan. Its decisions are the
+literal loop's (same formulas in float32; only an exact floating-point tie could differ) and its
+centroids agree to ~1e-6. **Gradient:** the normalisers are held constant, so ``dc/df_j = W_j``
+(followed by the Jacobian of one final renormalisation) instead of the literal loop's product of
+per-step projections ``(I - c c^T) / r``: it is exactly the gradient of the literal loop with every
+``r_j`` detached and one renormalisation at the end (tested); with one EMA step per centroid the two
+gradients coincide (scale invariance of the renormalisation, tested). Slerp has no weighted-sum form:
+the same scan takes its decisions (body ``_core.slerp_update``) and :func:`slerp_trajectory` replays
+the literal chain in torch over the accepted features only, all slots at once (values and gradients
+are the loop's). ``CentroidBank(mode="sequential")`` uses :func:`match_sequential` for both updates;
+``match(..., mode="sequential")`` stays the literal loop, the oracle of the tests. (Measured on the
+``authors`` recipe's protocol cells, where the literal slerp loop was most of a cell's time:
+``benchmarks/RESULTS.md``, "adsim authors recipe: where a protocol cell's time goes".)
+
+The batched gate is an *approximation* of Algorithm 1 (decisions against the batch-start centroids).
+Measured with ``python benchmarks/adsim_gate.py`` on one 32-image toy batch (tiny backbone, random
+weights, 4 layers x 2048 patch features, ``benchmarks/RESULTS.md``): starting from centroids set by
+one earlier batch, 16% of the patch decisions and 0.8% of the image decisions differ from the exact
+gate, and the batched patch centroids end ~44 degrees from the exact ones (about the angle between
+the exact normal and anomaly centroids); from uninitialised centroids ~50% differ (the batched gate
+accepts every label-consistent feature of the first batch). Cost: on CPU the exact gate takes
+0.7-1.2x the batched gate's time for that batch; on an H200 at ViT-L-14-336 (B = 16) it takes ~56 ms
+per step (scan unrolled 8x; 84 ms without) against ~6 ms: the scan is launch-bound, ~12 us per
+sequential step, far from the issue's 5%-of-a-step target, which needs the loop in one GPU kernel.
+That kernel now exists (``adsim._gate_triton``: one Triton program per slot loops over the features
+with both centroids in registers; the same decisions as the literal loop under Triton's interpreter,
+tested on the CPU) and ``match_sequential`` uses it for CUDA tensors (``scan_backend="auto"``), in its
+default variant (``"chords"``; a second one, ``"dots"``, takes the EMA gate from one reduction of dot
+products per step in one warp). **Their GPU times are not measured yet**: ``benchmarks/gpu_adsim.py``
+has the rows ("exact sequential gates, all 8 slots, Triton kernel (...)") for the next GPU session.
+"""
+from __future__ import annotations
+
+import math
+import os
+from functools import partial
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from adsim.model.sphere import chords
+from poolsim import _core
+
+GATE_MODES = ("sequential", "batched")
+UPDATES = ("ema", "slerp")
+
+
+class Matched(NamedTuple):
+    c_pos: torch.Tensor    # (d,) normal centroid after the update (carries grad)
+    c_neg: torch.Tensor    # (d,) anomaly centroid after the update
+    acc_pos: torch.Tensor  # (n,) 0/1: feature matched to the normal centroid (S+)
+    acc_neg: torch.Tensor  # (n,) 0/1: feature matched to the anomaly centroid (S-)
+    init_pos: torch.Tensor  # () 0/1: normal centroid initialised
+    init_neg: torch.Tensor
+
+
+def _validate(metric: str, mode: str, update: str) -> None:
+    if metric not in _core.METRICS:
+        raise ValueError(f"metric must be one of {_core.METRICS}, got {metric!r}")
+    if mode not in GATE_MODES:
+        raise ValueError(f"gate mode must be one of {GATE_MODES}, got {mode!r}")
+    if update not in UPDATES:
+        raise ValueError(f"centroid update must be one of {UPDATES}, got {update!r}")
+
+
+def _move(c, f, alpha, update):
+    return _core.ema_update(c, f, alpha) if update == "ema" else _core.slerp_update(c, f, alpha)
+
+
+def _gate(f, c_pos, c_neg, init_pos, init_neg, metric, tau=None):
+    """0/1 ``(accept_as_normal_if_normal, accept_as_anomaly_if_anomaly)`` for ``f: (..., d)``.
+    ``tau=None``: adaptive (own centroid strictly closer); a number: fixed radius ``d_own < tau``.
+
+    Array-API code: the same function runs on torch (literal loop) and inside the compiled
+    ``jax.lax.scan`` of :func:`match_sequential`.
+    """
+    return _decide(_core.distance(f, c_pos, metric), _core.distance(f, c_neg, metric), init_pos, init_neg, tau)
+
+
+def _decide(d_pos, d_neg, init_pos, init_neg, tau=None):
+    """The gate on distances to the two centroids (``init_*`` broadcast against ``d_*``; array API)."""
+    xp = _core.namespace(d_pos, d_neg)
+    inf = xp.full_like(d_pos, float("inf"))
+    d_pos_eff = xp.where(init_pos > 0, d_pos, inf)   # uninitialised centroid: infinitely far
+    d_neg_eff = xp.where(init_neg > 0, d_neg, inf)
+    # own centroid strictly closer (d_own = tau = min(d+, d-) < d_other); own uninitialised: accept
+    ok_pos = xp.where(init_pos > 0, _core.gate(d_pos, d_neg_eff if tau is None else tau), xp.ones_like(d_pos))
+    ok_neg = xp.where(init_neg > 0, _core.gate(d_neg, d_pos_eff if tau is None else tau), xp.ones_like(d_neg))
+    return ok_pos, ok_neg
+
+
+def _batched(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric, alpha, update, tau=None) -> Matched:
+    """The batched gate for ``S`` slots at once with plain batched ops (no vmap).
+
+    ``f: (S, n, d)`` *unit* features, ``is_pos, is_neg: (n,)`` 0/1 label weights, ``c_*: (S, d)``,
+    ``init_*: (S,)``, ``tau`` as :func:`_gate`. Per slot the same as the per-feature rule of
+    :func:`match`: distances to the batch-start centroids (no gradient: the gate is 0/1), then each centroid moves one step towards
+    the normalised mean of its matched features. Costs per slot: one fused pass over ``f`` for the
+    geodesic gate (``_sphere.chords``, no gradient) and one matmul for both matched sums.
+    """
+    cents = torch.stack([c_pos, c_neg], dim=1)  # (S, 2, d)
+    inits = torch.stack([init_pos, init_neg], dim=1)  # (S, 2)
+    with torch.no_grad():
+        if metric == "geodesic" and tau is None:
+            # the angle 2 asin(y / 2) increases with the chord y = ||f - c^||, so comparing chords is
+            # comparing angles: one fused cdist pass (against c^ only) instead of angles from 2 chords
+            (dist,) = chords(f, _core.normalize(cents), both=False)  # (S, n, 2)
+        else:  # ablation metrics and a fixed radius: the generic definitions (forward only)
+            dist = _core.distance(f[:, :, None, :], cents[:, None, :, :], metric)
+        ok_pos, ok_neg = _decide(dist[..., 0], dist[..., 1], init_pos[:, None], init_neg[:, None], tau)
+    acc = torch.stack([ok_pos * is_pos, ok_neg * is_neg], dim=1).to(f.dtype)  # (S, 2, n)
+    total = acc.sum(-1)  # (S, 2)
+    has = total > 0
+    # matched means (the _core.weighted_mean rule, as one batched matmul for both centroids), in
+    # float32 like the rest of matching even when called inside an autocast region
+    with torch.autocast(f.device.type, enabled=False):
+        num = acc @ f  # (S, 2, d)
+    mean = torch.where(has[..., None], num / torch.where(has, total, 1.0)[..., None], cents)
+    moved = _move(cents, _core.normalize(mean), alpha, update)
+    h = has.to(f.dtype)
+    new = h[..., None] * moved + (1.0 - h[..., None]) * cents
+    inits = torch.maximum(inits, h)
+    return Matched(new[:, 0], new[:, 1], acc[:, 0], acc[:, 1], inits[:, 0], inits[:, 1])
+
+
+def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
+          mode: str = "batched", alpha: float = 0.5, update: str = "ema", tau: float | None = None) -> Matched:
+    """Gate features and update the two centroids.
+
+    ``f: (n, d)`` features (normalised here), ``y: (n,)`` 1 = anomaly / 0 = normal, ``valid: (n,)``
+    0/1 (0 = label unknown, e.g. a patch half inside a lesion or an image without a mask);
+    ``c_pos, c_neg: (d,)``; ``init_pos, init_neg: ()`` 0/1 floats.
+    """
+    _validate(metric, mode, update)
+    f = _core.normalize(f.float())
+    y, valid = y.to(f.dtype), valid.to(f.dtype)
+    is_pos, is_neg = (1.0 - y) * valid, y * valid
+    if mode == "batched":
+        state = (t[None] for t in (c_pos, c_neg, init_pos, init_neg))
+        out = _batched(f[None], is_pos, is_neg, *state, metric=metric, alpha=alpha, update=update, tau=tau)
+        return Matched(*(t[0] for t in out))
+    acc_pos, acc_neg = [], []
+    for j in range(f.shape[0]):  # Algorithm 1 literally; no host sync inside the loop
+        ok_pos, ok_neg = _gate(f[j], c_pos, c_neg, init_pos, init_neg, metric, tau)
+        a_pos, a_neg = ok_pos * is_pos[j], ok_neg * is_neg[j]
+        c_pos = a_pos * _move(c_pos, f[j], alpha, update) + (1.0 - a_pos) * c_pos
+        c_neg = a_neg * _move(c_neg, f[j], alpha, update) + (1.0 - a_neg) * c_neg
+        init_pos, init_neg = torch.maximum(init_pos, a_pos), torch.maximum(init_neg, a_neg)
+        acc_pos.append(a_pos)
+        acc_neg.append(a_neg)
+    return Matched(c_pos, c_neg, torch.stack(acc_pos), torch.stack(acc_neg), init_pos, init_neg)
+
+
+def _scan_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric: str, alpha: float,
+                    unroll: int = 1, tau: float | None = None, update: str = "ema"):
+    """Algorithm 1's decisions for ``S`` slots at once (jax.numpy; compiled by :func:`_compiled_scan`).
+
+    ``f: (S, n, d)`` unit features, ``is_pos, is_neg: (n,)`` 0/1, ``c_*: (S, d)``, ``init_*: (S,)``.
+    Returns ``(acc_pos, acc_neg, r_pos, r_neg)``, each ``(S, n)``: the 0/1 decisions and, per step, the
+    norm ``r = ||alpha c + (1 - alpha) f||`` that the EMA divides by (0 where the EMA would be 0/0 and
+    leaves ``c`` unchanged, the antipodal case of ``_core.ema_update``). ``update="slerp"``: the
+    centroids move by ``_core.slerp_update`` and ``r`` is the decisions again (unused).
+    """
+    import jax.numpy as jnp
+    from jax import lax
+
+    def body(carry, x):
+        cp, cn, ip, in_ = carry
+        fj, pj, nj = x
+        ok_pos, ok_neg = _gate(fj, cp, cn, ip, in_, metric, tau)
+        out = [ok_pos * pj, ok_neg * nj]
+        moved = []
+        for c, a in ((cp, out[0]), (cn, out[1])):
+            moved.append(jnp.where(a[:, None] > 0, _move(c, fj, alpha, update), c))
+            # the EMA's normaliser (slerp needs none: its chain is replayed literally, slerp_trajectory)
+            out.append(a * _core.safe_norm(_core.ema_update(c, fj, alpha, renormalize=False)) if update == "ema"
+                       else a)
+        carry = (moved[0], moved[1], jnp.maximum(ip, out[0]), jnp.maximum(in_, out[1]))
+        return carry, tuple(out)
+
+    _, (acc_pos, acc_neg, r_pos, r_neg) = lax.scan(body, (c_pos, c_neg, init_pos, init_neg),
+                                                   (jnp.swapaxes(f, 0, 1), is_pos, is_neg), unroll=unroll)
+    return tuple(jnp.swapaxes(t, 0, 1) for t in (acc_pos, acc_neg, r_pos, r_neg))
+
+
+_SCANS: dict = {}
+
+
+def _jax():
+    """``jax``, imported lazily. JAX would otherwise reserve most of a GPU's memory, which torch shares;
+    the flag is read when JAX first starts its GPU backend, so every JAX use here goes through this."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+
+    return jax
+
+
+# Scan steps per loop iteration on a GPU: each ``while`` iteration there costs kernel launches and a
+# predicate read-back, so several steps per iteration are cheaper; on the CPU unrolling only lengthens
+# compilation. (Measured: benchmarks/RESULTS.md, adsim exact gate.)
+GPU_UNROLL = 8
+
+
+def _compiled_scan(metric: str, alpha: float, unroll: int = 1, tau: float | None = None, update: str = "ema"):
+    """``jax.jit`` of :func:`_scan_decisions` for one (metric, alpha, unroll, tau, update); recompiles per
+    shape."""
+    key = (metric, float(alpha), int(unroll), tau, update)
+    if key not in _SCANS:
+        _SCANS[key] = _jax().jit(partial(_scan_decisions, metric=metric, alpha=float(alpha), unroll=int(unroll),
+                                         tau=tau, update=update))
+    return _SCANS[key]
+
+
+SCAN_DEVICES = ("auto", "cpu")
+SCAN_BACKENDS = ("auto", "jax", "triton")
+
+
+def _triton_gate():
+    """``adsim._gate_triton`` if Triton is importable, else ``None`` (Triton ships with torch's CUDA
+    wheels on Linux; it is absent from CPU-only installs)."""
+    try:
+        from adsim.model import gate_triton as _gate_triton
+    except ImportError:
+        return None
+    return _gate_triton
+
+
+def _use_triton(f, scan_backend: str, scan_device: str) -> bool:
+    """Whether :func:`match_sequential` takes its decisions with the Triton kernel: ``"triton"``
+    always (a clear error if it cannot run), ``"auto"`` for CUDA tensors of width <= ``MAX_D`` when
+    Triton is importable and compiling (not the interpreter) and ``scan_device`` is ``"auto"``."""
+    if scan_backend == "jax":
+        return False
+    gate = _triton_gate()
+    if scan_backend == "triton":
+        if gate is None:
+            raise ValueError("scan_backend='triton' needs the triton package (pip install triton)")
+        return True
+    return (gate is not None and scan_device == "auto" and f.device.type == "cuda"
+            and f.shape[-1] <= gate.MAX_D and not gate.interpreted())
+
+
+def _to_jax(t: torch.Tensor, scan_device: str):
+    """A float32 torch tensor as a JAX array: on the tensor's GPU (zero-copy through DLPack) when
+    ``scan_device="auto"`` and JAX has a GPU, else in host memory (the scan then runs on the CPU)."""
+    jax = _jax()
+    t = t.detach().contiguous()
+    if scan_device == "auto" and t.device.type != "cpu" and any(d.platform == "gpu" for d in jax.devices()):
+        return jax.dlpack.from_dlpack(t)
+    if jax.default_backend() == "cpu":  # a NumPy copy: the jitted call moves it (cheaper than device_put)
+        return t.cpu().numpy().copy()
+    return jax.device_put(t.cpu().numpy(), jax.devices("cpu")[0])
+
+
+def _to_torch(a, device) -> torch.Tensor:
+    if device.type != "cpu" and getattr(a, "devices", None) and next(iter(a.devices())).platform == "gpu":
+        return torch.from_dlpack(a)
+    return torch.from_numpy(np.asarray(a).copy()).to(device)
+
+
+def ema_trajectory(f, c0, moved, r, alpha: float):
+    """Centroids after the EMA steps of Algorithm 1 as one weighted sum, ``(S, d)``.
+
+    ``f: (S, n, d)`` unit features, ``c0: (S, d)`` start centroids, ``moved: (S, n)`` 0/1 (feature
+    ``j`` moved the centroid), ``r: (S, n)`` the normaliser of each step (ignored where not moved).
+    Unrolling ``c_j = (alpha c_{j-1} + (1 - alpha) f_j) / r_j``:
+    ``c_n = prod_k (alpha / r_k) c_0 + sum_j (1 - alpha) / r_j prod_{k > j} (alpha / r_k) f_j``
+    (products over moved steps). The products are sums of logs taken from the end (so the recent
+    steps, which carry the weight, are summed without cancellation) and the result is renormalised
+    once, which changes the value only by rounding. Gradients reach ``f`` and ``c0`` with ``r`` held
+    constant (see the module docstring).
+    """
+    moved = moved.to(f.dtype)
+    r = torch.where(moved > 0, r.to(f.dtype), torch.ones_like(r, dtype=f.dtype))
+    log_step = moved * (math.log(alpha) - torch.log(r))          # log(alpha / r_k) on moved steps
+    after = torch.flip(torch.cumsum(torch.flip(log_step, (-1,)), -1), (-1,)) - log_step  # sum_{k > j}
+    w = moved * (1.0 - alpha) / r * torch.exp(after)
+    w0 = torch.exp(log_step.sum(-1))
+    c = w0[..., None] * c0 + torch.einsum("sn,snd->sd", w, f)
+    any_moved = moved.amax(-1, keepdim=True) > 0
+    return torch.where(any_moved, _core.normalize(c), c0)
+
+
+def slerp_trajectory(f, c0, moved, alpha: float):
+    """Centroids after the slerp steps of Algorithm 1, ``(S, d)``: the literal chain replayed over the
+    features that moved some slot's centroid.
+
+    ``f: (S, n, d)`` unit features, ``c0: (S, d)`` start centroids, ``moved: (S, n)`` 0/1 decisions
+    (no gradient). Slerp has no weighted-sum form, so each moving step is one ``_core.slerp_update``
+    of all ``S`` slots, blended with the decision as the literal loop of :func:`match` does
+    (``a * slerp(c, f_j) + (1 - a) * c``); steps where no slot moved are skipped (they change nothing
+    and, as in the loop, pass no gradient). Values and gradients are therefore the literal loop's,
+    with at most ``n`` vectorised steps instead of ``S * n`` gate-and-move steps. Reading which steps
+    moved is one host sync.
+    """
+    moved = moved.to(f.dtype)
+    c = c0.clone()  # a new tensor even when nothing moves (c0 may be a view of a bank buffer)
+    for j in torch.nonzero(moved.amax(0) > 0).flatten().tolist():
+        a = moved[:, j, None]
+        c = a * _move(c, f[:, j], alpha, "slerp") + (1.0 - a) * c
+    return c
+
+
+def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
+                     alpha: float = 0.5, update: str = "ema", scan_device: str = "auto",
+                     tau: float | None = None, scan_backend: str = "auto") -> Matched:
+    """Algorithm 1's sequential gate, exact and fast, for ``S`` slots at once.
+
+    ``f: (S, n, d)`` features (normalised here), ``y, valid: (n,)`` shared by the slots,
+    ``c_pos, c_neg: (S, d)``, ``init_pos, init_neg: (S,)``. Returns :class:`Matched` with a leading
+    slot axis; same decisions as ``match(..., mode="sequential")`` slot by slot, centroids equal up
+    to rounding, gradients with the EMA normalisers held constant (``update="ema"``) or the literal
+    loop's gradients (``update="slerp"``: :func:`slerp_trajectory` replays the chain over the accepted
+    features).
+    ``scan_backend``: what takes the decisions. ``"triton"``: one fused Triton kernel
+    (``adsim._gate_triton``; CUDA tensors, or CPU tensors under Triton's interpreter, for tests);
+    ``"jax"``: the compiled ``jax.lax.scan``; ``"auto"`` (default): the kernel for CUDA tensors when
+    Triton is installed (width <= 1024), else the JAX scan. ``scan_device`` (JAX scan only):
+    ``"auto"`` runs the scan on the tensors' GPU when JAX has one (else on the CPU); ``"cpu"`` always
+    copies the features to the host and scans there (and makes ``"auto"`` pick the JAX scan).
+    """
+    _validate(metric, "sequential", update)
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"EMA factor alpha must be in (0, 1), got {alpha!r}")
+    if scan_device not in SCAN_DEVICES:
+        raise ValueError(f"scan_device must be one of {SCAN_DEVICES}, got {scan_device!r}")
+    if scan_backend not in SCAN_BACKENDS:
+        raise ValueError(f"scan_backend must be one of {SCAN_BACKENDS}, got {scan_backend!r}")
+    if f.ndim != 3 or c_pos.shape != (f.shape[0], f.shape[2]) or y.shape != (f.shape[1],):
+        raise ValueError(f"match_sequential wants f (S, n, d), c (S, d), y (n,); got f {tuple(f.shape)}, "
+                         f"c {tuple(c_pos.shape)}, y {tuple(y.shape)}")
+    f = _core.normalize(f.float())
+    y, valid = y.to(f.dtype), valid.to(f.dtype)
+    is_pos, is_neg = (1.0 - y) * valid, y * valid
+    state = [t.to(f.dtype) for t in (c_pos, c_neg, init_pos, init_neg)]
+    if _use_triton(f, scan_backend, scan_device):  # one fused kernel, one program per slot
+        acc_pos, acc_neg, r_pos, r_neg, _, _ = _triton_gate().gate_decisions(
+            f, is_pos, is_neg, *state, metric=metric, alpha=alpha, update=update, tau=tau)
+    else:
+        with torch.no_grad():
+            args = [_to_jax(t, scan_device) for t in (f, is_pos, is_neg, *state)]
+            on_gpu = hasattr(args[0], "devices") and next(iter(args[0].devices())).platform == "gpu"
+            scan = _compiled_scan(metric, alpha, GPU_UNROLL if on_gpu else 1, tau, update)
+            acc_pos, acc_neg, r_pos, r_neg = (_to_torch(a, f.device) for a in scan(*args))
+    if update == "ema":
+        c_pos = ema_trajectory(f, state[0], acc_pos * (r_pos > 0), r_pos, alpha)
+        c_neg = ema_trajectory(f, state[1], acc_neg * (r_neg > 0), r_neg, alpha)
+    else:
+        c_pos = slerp_trajectory(f, state[0], acc_pos, alpha)
+        c_neg = slerp_trajectory(f, state[1], acc_neg, alpha)
+    init_pos = torch.maximum(state[2], acc_pos.amax(-1))
+    init_neg = torch.maximum(state[3], acc_neg.amax(-1))
+    return Matched(c_pos, c_neg, acc_pos, acc_neg, init_pos, init_neg)
+
+
+class CentroidBank(torch.nn.Module):
+    """Centroid state for ``n_slots`` (layer, task) pairs, stored as buffers so it is checkpointed.
+
+    ``step(start, f, y, valid)`` matches ``f: (S, n, d)`` against slots ``start .. start+S-1``
+    (``y, valid: (n,)`` shared by the slots) and, in training mode, stores the detached result. The
+    batched gate runs all slots with the same batched kernels (``_batched``); the sequential gate is
+    :func:`match_sequential` (all slots in one compiled scan, or one Triton kernel on CUDA: ``scan_backend``)
+    for both the EMA and the slerp update.
+    """
+
+    def __init__(self, n_slots: int, dim: int, *, metric: str = "geodesic", mode: str = "batched",
+                 alpha: float = 0.5, update: str = "ema", tau: float | None = None, scan_backend: str = "auto"):
+        super().__init__()
+        _validate(metric, mode, update)
+        if not 0.0 < alpha < 1.0:
+            raise ValueError(f"EMA factor alpha must be in (0, 1), got {alpha!r}")
+        if scan_backend not in SCAN_BACKENDS:
+            raise ValueError(f"scan_backend must be one of {SCAN_BACKENDS}, got {scan_backend!r}")
+        self.metric, self.mode, self.alpha, self.update, self.tau = metric, mode, alpha, update, tau
+        self.scan_backend = scan_backend  # sequential mode: what takes the decisions (match_sequential)
+        self.register_buffer("c_pos", torch.zeros(n_slots, dim))
+        self.register_buffer("c_neg", torch.zeros(n_slots, dim))
+        self.register_buffer("init_pos", torch.zeros(n_slots))
+        self.register_buffer("init_neg", torch.zeros(n_slots))
+
+    def step(self, start: int, f, y, valid, *, unit: bool = False) -> Matched:
+        """``Matched`` with a leading slot axis ``S`` on every field. ``unit=True``: the rows of ``f``
+        are already unit vectors (skips the normalisation; batched mode only, else ignored)."""
+        sl = slice(start, start + f.shape[0])
+        state = (self.c_pos[sl], self.c_neg[sl], self.init_pos[sl], self.init_neg[sl])
+        if self.mode == "batched":
+            f = f.float() if unit else _core.normalize(f.float())
+            y, valid = y.to(f.dtype), valid.to(f.dtype)
+            out = _batched(f, (1.0 - y) * valid, y * valid, *state, metric=self.metric, alpha=self.alpha,
+                           update=self.update, tau=self.tau)
+        else:  # exact sequential gate, all slots in one compiled scan (EMA and slerp)
+            out = match_sequential(f, y, valid, *state, metric=self.metric, alpha=self.alpha, tau=self.tau,
+                                   update=self.update, scan_backend=self.scan_backend)
+        if self.training:
+            with torch.no_grad():
+                self.c_pos[sl] = out.c_pos.detach()
+                self.c_neg[sl] = out.c_neg.detach()
+                self.init_pos[sl] = out.init_pos.detach()
+                self.init_neg[sl] = out.init_neg.detach()
+        return out

@@ -1,0 +1,14 @@
+"""Run-time services below everything else: run-folder I/O, device and precision, torch.distributed.
+
+Names load on first use (``lazy_loader``), so importing this package costs nothing.
+"""
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submodules=['device', 'distributed', 'io'],
+    submod_attrs={
+        'io': ['check_writable', 'load_torch', 'read_json', 'save_torch', 'write_json'],
+        'device': ['PRECISIONS', 'autocast_dtype', 'resolve_device'],
+    },
+)

@@ -1,0 +1,280 @@
+"""Zero-shot training: adapters (+ VACA, + geodesic matching) on every BMAD domain except the target.
+
+The target's data is never read unless ``select="test"`` (the authors' protocol, clearly labelled as
+optimistic in every output). Default: fixed number of epochs, last checkpoint. One backward pass per
+step; autocast (bf16 on GPU, none on CPU; fp16 only with a GradScaler); gradient clipping; a checkpoint
+after every epoch, written atomically, so a killed run resumes at the first unfinished epoch.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import open_clip
+import torch
+from tqdm.auto import tqdm
+
+from adsim.config import recipes
+from adsim.config.prompts import prompt_texts
+from adsim.config.run import TrainConfig, recipe_of, validate
+from adsim.data import bmad
+from adsim.data.domains import MASKED
+from adsim.inference.detector import Detector
+from adsim.inference.scoring import run_score, score
+from adsim.methods import catalog
+from adsim.methods.registry import HeadMethod, Method
+from adsim.metrics.functional import auc_percent
+from adsim.model.backbone import build_backbone, fingerprint
+from adsim.model.head import Head, adapter_bottlenecks, make_head, text_embeddings, trunk_tokens
+from adsim.model.head import features_from_bottlenecks as _score
+from adsim.model.objective import objective
+from adsim.runtime import distributed
+from adsim.runtime.device import autocast_dtype, resolve_device
+from adsim.runtime.io import load_torch, read_json, save_torch, write_json
+from adsim.training import compiled_step
+from adsim.training.cache import build_trunk_cache
+
+
+def _trainer(cfg):
+    """The method's own :class:`adsim.methods.Trainer`, or ``None`` for the adapter head (naive, match)."""
+    return catalog.trainer(cfg.method)
+
+
+
+
+
+
+
+
+def make_optimizer(cfg: TrainConfig, head: Head) -> torch.optim.Optimizer:
+    """Adam with the reference betas ``(0.5, 0.999)`` on every trainable head parameter."""
+    return torch.optim.Adam(head.parameters(), lr=cfg.lr, betas=cfg.betas)
+
+
+
+
+
+
+
+
+def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, grid: int, device, amp, *,
+                desc: str = "epoch", progress: bool = False, gather=None, loss_fn=None) -> dict:
+    """One pass over ``batches`` (dicts with ``image`` -- the model input: images, or tokens --,
+    ``mask``, ``has_mask``, ``label``): forward, :func:`objective`, one backward pass, gradient
+    clipping, optimizer step. ``forward(x) -> Features`` is the image path (:func:`adsim.head.features`)
+    or the token path (``features_from_tokens``). Data-parallel (``adsim.distributed``): ``forward``
+    returns the features of the global batch and ``gather(batch)`` the global batch's labels and masks.
+    ``loss_fn(cfg, module, out, batch) -> (loss, parts)``: a method's own objective (its
+    :class:`adsim._method.Trainer`; ``head`` is then that method's trainable module), default the head's
+    :func:`objective`. Returns ``{"steps": n, loss name: mean over steps}``."""
+    head.train()
+    sums, steps = {}, 0
+    bar = tqdm(batches, desc=desc, disable=not progress, leave=False)
+    for batch in bar:
+        batch = _batch_to(batch, device)
+        with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
+            feats = forward(batch["image"])
+        if gather is not None:  # data-parallel: the loss is computed on the global batch
+            batch = gather(batch)
+        loss, parts = objective(cfg, head, feats, batch, grid) if loss_fn is None else loss_fn(cfg, head, feats, batch)
+        # the authors' gate filter: no optimiser step when no sample passed (a host sync, this mode only)
+        skip = (cfg.gate_filter == "skip_step" and getattr(head, "centroids", None) is not None
+                and float(parts["n_pass"]) == 0)
+        parts["skipped"] = torch.tensor(float(skip))
+        parts["loss"] = loss.detach()
+        if skip:
+            for k, v in parts.items():
+                sums[k] = sums.get(k, 0.0) + v
+            steps += 1
+            continue
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()  # the single backward pass of the step
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
+        scaler.step(opt)
+        scaler.update()
+        for k, v in parts.items():
+            sums[k] = sums.get(k, 0.0) + v
+        steps += 1
+        if progress and steps % 10 == 1:  # a host sync, so not every step
+            bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
+    return {"steps": steps, **{k: float(v) / max(steps, 1) for k, v in sums.items()}}
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _config_record(cfg: TrainConfig, backbone, prompts) -> dict:
+    return {"config": cfg._asdict(), "recipe": recipes.as_dict(recipe_of(cfg)), "backbone_spec": backbone.spec._asdict(),
+            "backbone_fingerprint": fingerprint(backbone.model), "prompts": prompts,
+            "versions": {"torch": torch.__version__, "open_clip": open_clip.__version__},
+            "protocol": ("AUTHORS' PROTOCOL: checkpoint selected on the TARGET's test set -- optimistic, "
+                         "not zero-shot") if cfg.select == "test" else "zero-shot: target never used"}
+
+
+class _PixelDomain(torch.utils.data.Dataset):
+    """Adds ``pixel_domain`` (1 where the sample's domain has pixel masks) to every item, so that
+    ``cls_only_pixel_loss="none"`` can drop the pixel loss of classification-only domains."""
+
+    def __init__(self, dataset, samples):
+        self.dataset, self.flags = dataset, [float(s.domain in MASKED) for s in samples]
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        return {**self.dataset[i], "pixel_domain": torch.tensor(self.flags[i])}
+
+
+def _batch_to(batch, device):
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trunk_cache: bool = False,
+          compile_mode: str | None = None) -> Path:
+    """Train and checkpoint under ``cfg.out``; returns the run folder.
+
+    Under torchrun, data-parallel (``adsim.distributed``; ``cfg.batch_size`` is the global batch).
+    ``trunk_cache``: compute the frozen trunk's tokens once and train from them (``adsim.cache``;
+    same result, less time per epoch, RAM for the cache). ``compile_mode`` (one of
+    ``adsim._compile.MODES``; ``None``: eager): ``torch.compile`` the step after the frozen trunk
+    (``adsim._compile``; same result up to float rounding, fewer kernel launches; batched gate, one
+    process). Both are run settings, not recipe fields: recorded in ``config.json`` under
+    ``"execution"``, and ``--resume`` may change them."""
+
+    cfg = validate(cfg)
+    ddp = distributed.setup(cfg.device)  # [distributed] world size 1 without torchrun
+    if compile_mode is not None:  # before any work: one-line error for a setting the compiled step lacks
+        compiled_step.check_compatible(cfg, trainer=_trainer(cfg), world_size=ddp.size)
+    local_batch = distributed.local_batch_size(cfg.batch_size, ddp)
+    progress = progress and ddp.rank == 0
+    out = Path(cfg.out)
+    last = out / "checkpoint_last.pt"
+    if last.exists() and not resume:
+        raise ValueError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
+    if resume:
+        if not last.exists():
+            raise ValueError(f"--resume: no checkpoint {last}")
+        saved = read_json(out / "config.json")["config"]
+        now = _jsonable(cfg._asdict())
+        diff = sorted(k for k in now if k != "epochs" and now[k] != saved.get(k))
+        if diff:
+            raise ValueError(f"--resume with a different configuration ({diff}); only --epochs may change")
+    _seed_everything(cfg.seed)
+    device = distributed.local_device(resolve_device(cfg.device), ddp)
+    amp = autocast_dtype(cfg.precision, device)
+    if compile_mode is not None:
+        compile_mode = compiled_step.resolve_mode(compile_mode, device)
+    backbone = build_backbone(cfg.backbone, image_size=cfg.image_size, checkpoint=cfg.checkpoint,
+                              quick_gelu=cfg.quick_gelu, seed=cfg.seed, device=device)
+    spec = backbone.spec
+    prompts = prompt_texts(cfg.prompts)
+    trainer = _trainer(cfg)  # a method's own trainable module and loss, or None: the adapter head
+    if trainer is None:
+        head = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(backbone, prompts)).to(device)
+    else:
+        if ddp.size > 1 or trunk_cache:
+            raise ValueError(f"method {cfg.method} trains in one process without --trunk-cache")
+        head = trainer.build(cfg, backbone).to(device)
+    opt = make_optimizer(cfg, head)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp is torch.float16)
+
+    samples = [s for d in cfg.train_domains for sp in cfg.train_splits for s in bmad.list_split(cfg.data, d, sp)]
+    selection = []
+    if cfg.select == "heldout":
+        samples, selection = bmad.holdout(samples, cfg.holdout_frac, cfg.seed)
+    elif cfg.select == "test":
+        selection = bmad.list_split(cfg.data, cfg.target, "test")
+    if selection:
+        bmad.require_both_classes(selection, f"selection set ({cfg.select})")
+    record = _jsonable(_config_record(cfg, backbone, prompts))
+    record["n_train_images"] = len(samples)
+    record["execution"] = {"compile": compile_mode, "trunk_cache": trunk_cache}  # of the latest (re)start
+    if ddp.rank == 0:
+        write_json(out / "config.json", record)
+
+    start, history, best = 0, [], None
+    if resume:
+        ckpt = load_torch(last, map_location=device)
+        head.load_state_dict(ckpt["head"])
+        opt.load_state_dict(ckpt["optimizer"])
+        scaler.load_state_dict(ckpt["scaler"])
+        start, history, best = ckpt["epoch"] + 1, ckpt["history"], ckpt["best"]
+    dataset = bmad.ImageDataset(samples, spec.image_size, clip_norm=cfg.clip_norm)
+    loss_fn = None if trainer is None else trainer.loss
+    if trainer is not None:  # a method's own training forward (adsim._method.Trainer)
+        forward = lambda x: trainer.forward(head, backbone, x)  # noqa: E731
+    else:
+        if trunk_cache and start < cfg.epochs:
+            dataset = build_trunk_cache(backbone, dataset, device=device, amp=amp, batch_size=local_batch,
+                                        num_workers=cfg.num_workers, progress=progress)
+            per_rank = lambda h, x: adapter_bottlenecks(backbone, h, x)  # noqa: E731
+        else:
+            per_rank = lambda h, x: adapter_bottlenecks(backbone, h, trunk_tokens(backbone, x))  # noqa: E731
+        if compile_mode is None:
+            forward = distributed.data_parallel(head, per_rank, _score, device)
+        else:  # one process (check_compatible): the trunk eager, the rest of the step compiled
+            forward = (lambda x: x) if trunk_cache else (lambda x: trunk_tokens(backbone, x))  # noqa: E731
+            loss_fn = compiled_step.compiled_loss(cfg, head, backbone, spec.grid, amp, mode=compile_mode)
+    dataset = _PixelDomain(dataset, samples)
+    for epoch in range(start, cfg.epochs):
+        # shuffling depends only on (seed, epoch): a resumed run sees the same order
+        loader = torch.utils.data.DataLoader(dataset, batch_size=local_batch,
+                                             sampler=distributed.sampler(dataset, cfg.seed * 100_003, epoch, ddp),
+                                             num_workers=cfg.num_workers, pin_memory=device.type == "cuda")
+        entry = {"epoch": epoch, **train_epoch(cfg, head, opt, scaler, loader, forward, spec.grid, device, amp,
+                                                desc=f"epoch {epoch + 1}/{cfg.epochs}", progress=progress,
+                                                gather=distributed.gather_dict if ddp.size > 1 else None,
+                                                loss_fn=loss_fn)}
+        distributed.check_in_sync(head)
+        if selection:
+            scored = head if trainer is None else trainer.method(cfg, backbone, head)
+            entry["selection_score"] = selection_score(backbone, scored, selection, cfg, device)
+            if best is None or entry["selection_score"] > best["score"]:
+                best = {"epoch": epoch, "score": entry["selection_score"]}
+                if ddp.rank == 0:
+                    save_torch(out / "checkpoint_best.pt", {"epoch": epoch, "head": head.state_dict()})
+        history.append(entry)
+        if ddp.rank == 0:  # [distributed] one writer; every rank holds the same state
+            save_torch(last, {"epoch": epoch, "head": head.state_dict(), "optimizer": opt.state_dict(),
+                              "scaler": scaler.state_dict(), "history": history, "best": best})
+            write_json(out / "history.json", {"history": history, "best": best, "select": cfg.select})
+    distributed.barrier()  # the files exist for every rank when train() returns
+    return out
+
+
+def _jsonable(obj):
+    """Tuples -> lists recursively, so a config compares equal to its JSON round trip."""
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def selection_score(backbone, head, samples, cfg, device) -> float:
+    """Model-selection criterion: mean over domains of the image AUC (plus pixel AUC where masks
+    exist, averaged). With ``select="heldout"`` the samples are held-out *training-domain* data.
+    ``head``: the adapter head, or a method's :class:`adsim._method.Method` (``Trainer.method``)."""
+    was_training = head.training
+    method = head if isinstance(head, Method) else HeadMethod(backbone, head, scoring=run_score(cfg),
+                                                               clip_norm=cfg.clip_norm, name=cfg.method)
+    detector = Detector(method, device=device, precision=cfg.precision)
+    values = []
+    for domain in sorted({s.domain for s in samples}):
+        sub = [s for s in samples if s.domain == domain]
+        if len({s.label for s in sub}) < 2:
+            continue
+        has_masks = domain in MASKED
+        out = score(detector, sub, batch_size=cfg.batch_size, maps=has_masks)
+        values.append(auc_percent(out["labels"], out["scores"]))
+        if has_masks and out["masks"].any():
+            values.append(auc_percent(out["masks"], out["maps"]))
+    head.train(was_training)
+    if not values:
+        raise ValueError("selection set has no domain with both normal and anomalous images")
+    return float(np.mean(values))
