@@ -1,11 +1,11 @@
 """Frozen-trunk cache (issue 14, item 2): epoch time with and without ``--trunk-cache``, and the cache's
 RAM cost. Not part of the tests.
 
-Measures, in one run and on this machine, one training epoch of ``adsim.train.train_epoch`` on a
-SIMULATED toy BMAD (``adsim.toy``, random-weight backbone) for
+Measures, in one run and on this machine, one training epoch of ``adsim.training.train.train_epoch`` on a
+SIMULATED toy BMAD (``adsim.data.toy``, random-weight backbone) for
 
 * ``images``: the ordinary path (decode + resize the PNGs, the whole interleaved forward), and
-* ``cached``: the trunk tokens computed once (``adsim.cache.build_trunk_cache``), epochs start at the
+* ``cached``: the trunk tokens computed once (``adsim.training.cache.build_trunk_cache``), epochs start at the
   first adapter;
 
 the two alternate epoch by epoch (a fair comparison on a shared machine); the table reports medians
@@ -54,7 +54,7 @@ TITLE = "adsim frozen-trunk cache (CPU, tiny backbone)"
 
 
 def cache_bytes_per_image(name: str) -> tuple:
-    """``(tokens (1 + N), width W, image size S, bytes per image)`` of ``adsim.cache`` for a backbone."""
+    """``(tokens (1 + N), width W, image size S, bytes per image)`` of ``adsim.training.cache`` for a backbone."""
     cfg_name, size = BACKBONES[name]
     if name == "tiny":
         from adsim.model.backbone import _register_tiny
@@ -115,7 +115,7 @@ def run(args) -> str:
              f"load average at the end {open('/proc/loadavg').read().split()[0]} (shared machine).",
              f"Command: `python benchmarks/adsim_cache.py --epochs {args.epochs} --n-per-class {args.n_per_class} "
              f"--image-px {args.image_px} --batch-size {args.batch_size}`.",
-             f"SIMULATED toy BMAD (`adsim.toy`, {args.image_px} px PNGs resized to 64 px), {n} training images "
+             f"SIMULATED toy BMAD (`adsim.data.toy`, {args.image_px} px PNGs resized to 64 px), {n} training images "
              f"(target Brain), tiny backbone (4 blocks, width 64, random weights), batch {args.batch_size}, "
              f"matching + VACA. Medians over epochs 2..{args.epochs}; the two modes alternate epoch by epoch.",
              "CPU time (this process, one thread) is the steadier figure on a shared machine.",

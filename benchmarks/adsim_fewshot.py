@@ -5,7 +5,7 @@ For ViT-L-14-336 (``N = 24 x 24 = 576`` patches, ``E = 768`` features, ``L = 4``
 bank holds ``k N E L`` float32 (closed form, checked against the tensors built); one test image costs
 ``L`` products ``(N, E) x (E, k N)``. Timed in the same run on random unit features (no weights needed):
 
-* ``adsim``: :func:`adsim.fewshot.nn_distance` (torch, chunked, float32), one layer after the other;
+* ``adsim``: :func:`adsim.methods.fewshot.nn_distance` (torch, chunked, float32), one layer after the other;
 * ``numpy``: ``1 - (P @ bank.T).max(1)`` in NumPy float32 -- the reference the tests check
   ``nn_distance`` against is ``scipy.spatial.distance.cdist`` (too slow to time at this size).
 

@@ -1,8 +1,8 @@
 """CPU benchmark of Algorithm 1's gate (issue 12, item 2). Not part of the tests.
 
-One 32-image toy batch (``adsim.toy``, the five training domains of target Brain), the tiny backbone
+One 32-image toy batch (``adsim.data.toy``, the five training domains of target Brain), the tiny backbone
 (random weights) and a fresh matching+VACA head; the gate's inputs are captured from
-``adsim.train.objective`` itself (4 patch slots of ``32 * 64`` features and 4 image slots of 32, E = 32).
+``adsim.training.train.objective`` itself (4 patch slots of ``32 * 64`` features and 4 image slots of 32, E = 32).
 Times per training step (all 8 slots, forward + backward of the centroids), median of ``--iters``:
 
 * ``batched`` -- the vectorised approximation (``CentroidBank(mode="batched")``),

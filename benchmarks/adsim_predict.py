@@ -1,7 +1,7 @@
 """``Detector.predict`` (issue 13, "Speed and memory"): images/s on CPU and peak memory vs folder size.
 Not part of the tests.
 
-On a SIMULATED toy BMAD (``adsim.toy``) and a 1-epoch tiny-backbone run (random weights), for folders of
+On a SIMULATED toy BMAD (``adsim.data.toy``) and a 1-epoch tiny-backbone run (random weights), for folders of
 ``--sizes`` images (toy PNGs copied cyclically under distinct names), each measured in a FRESH process so
 that its peak resident memory (Linux ``VmHWM``) is its own:
 
@@ -11,8 +11,8 @@ that its peak resident memory (Linux ``VmHWM``) is its own:
   kept: grows by ``n S^2 4`` bytes by design);
 * images/s of that predict call (wall, after the warm-up).
 
-Reference in the same run: the straightforward path evaluation used before ``adsim.detector`` existed --
-``DataLoader(ImageDataset)`` + ``adsim.head.features`` + ``image_scores`` under ``torch.no_grad`` on the
+Reference in the same run: the straightforward path evaluation used before ``adsim.inference.detector`` existed --
+``DataLoader(ImageDataset)`` + ``adsim.model.head.features`` + ``image_scores`` under ``torch.no_grad`` on the
 same images and batch size -- its images/s and the ratio detector / reference (the scores are checked
 equal).
 

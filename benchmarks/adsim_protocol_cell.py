@@ -1,7 +1,7 @@
 """Time (and optionally profile) ONE simulated protocol cell per recipe (issue 12). Not part of the tests.
 
 A cell is what ``python -m adsim protocol --simulate`` computes per (target, method, order, mode, seed):
-``adsim.protocol.run_cell`` on ``adsim.sources.simulated``, the recipe's own protocol mode and batch
+``adsim.experiments.protocol.run_cell`` on ``adsim.experiments.sources.simulated``, the recipe's own protocol mode and batch
 size (``authors``: batch 1, as figures/adsim/README.md runs it; the others: the simulator's 32), the
 simulator's lr. Each (code, recipe) runs in a fresh process that computes the same cell ``--repeats``
 times: the first run includes JAX's import and compilation (once per process and input shape, as in a

@@ -1,6 +1,6 @@
 """Cost of the authors' batch size (1) in the SIMULATED protocol, against the simulator's 32.
 
-One protocol training step as ``adsim.protocol.run_cell`` runs it (authors recipe, match-geodesic-vaca,
+One protocol training step as ``adsim.experiments.protocol.run_cell`` runs it (authors recipe, match-geodesic-vaca,
 one pass over one modality's training split of the default simulator: 2 x n_train = 48 images), timed
 at each batch size in the same process (wall and process CPU seconds; best of ``--repeat``). The ratio
 is what a protocol cell costs more at that batch size, since a cell is these steps plus scoring.

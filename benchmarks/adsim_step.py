@@ -3,10 +3,10 @@
 No backbone: the adapter bottleneck outputs are random leaf tensors of the real shapes, so only what
 follows them is timed (the part the matching method adds):
 
-* ``matching losses``: ``adsim.train.matching_losses`` (8 centroid slots, gates, centroid updates,
+* ``matching losses``: ``adsim.training.train.matching_losses`` (8 centroid slots, gates, centroid updates,
   ``L_intra``, ``L_inter``) forward + backward on unit features (L x (B, N, E), normalised random
   leaves; the normalisation is timed too);
-* ``objective, match+VACA``: VACA + text scoring (``adsim.head._score``) + the full ``objective`` +
+* ``objective, match+VACA``: VACA + text scoring (``adsim.model.head._score``) + the full ``objective`` +
   backward, the matching method's step after the adapters;
 * ``objective, naive``: the same for the naive-pooling baseline (no VACA, no centroids).
 
@@ -29,7 +29,7 @@ checksum, and the table states how far the two implementations differ.
 
 ``--compile`` (issue 14): instead, eager vs compiled on the real tiny backbone (working tree only, one
 child process with a fresh inductor cache, so the compile time is a cold one): the compiled region of
-``adsim._compile`` (everything after the frozen trunk, forward + backward, what ``train --compile``
+``adsim.training.compiled_step`` (everything after the frozen trunk, forward + backward, what ``train --compile``
 runs) against the same code eager, for the matching+VACA step (batched gate) and the naive step;
 timed calls alternate eager and compiled. Reports the first compiled call (compilation + one step), the
 median times, their ratio, the kernels per call (eager: compute aten ops; compiled: inductor's fused C++
@@ -179,7 +179,7 @@ def _compile_run(args) -> str:
              f"torch threads {args.threads}, Python {platform.python_version()}, torch {__import__('torch').__version__}"
              f"; 1-minute load average {load0:.1f} at start, {load1:.1f} at end (shared machine). "
              f"{res['shape']}, random weights and images, fp32; everything after the frozen trunk "
-             f"(adsim._compile.post_trunk_loss), forward + backward; eager vs `torch.compile` (inductor, "
+             f"(adsim.training.compiled_step.post_trunk_loss), forward + backward; eager vs `torch.compile` (inductor, "
              f"mode default, cold cache); median of {args.iters} timed calls each, alternating, after "
              f"{args.warmup} warm-up.", "",
              "| step | compile + first call [s] | eager [ms] | compiled [ms] | eager / compiled | "
@@ -207,8 +207,8 @@ def _child(args) -> None:
 
     import torch
 
-    T = importlib.import_module("adsim.train")  # the package re-exports a function named train
-    _score = importlib.import_module("adsim.head")._score
+    T = importlib.import_module("adsim.training.train")  # the package re-exports a function named train
+    _score = importlib.import_module("adsim.model.head")._score
 
     torch.set_num_threads(args.threads)
     for mod in (T,):
@@ -307,7 +307,7 @@ def _count_ops(fn, fused: bool = False) -> int:
 
 
 def _matching_losses(T, cfg, head, feats, batch, grid):
-    """``(L_intra, L_inter)`` through either signature of ``adsim.train.matching_losses``: ``(head, feats,
+    """``(L_intra, L_inter)`` through either signature of ``adsim.training.train.matching_losses``: ``(head, feats,
     batch, grid)`` at the baseline commit, ``(cfg, head, feats, labels, masks, has_mask, grid)`` since the
     recipes (which also return the per-sample weights)."""
     if "cfg" in inspect.signature(T.matching_losses).parameters:
@@ -316,7 +316,7 @@ def _matching_losses(T, cfg, head, feats, batch, grid):
 
 
 class _FakeFeats:
-    """The two fields of ``adsim.head.Features`` that ``matching_losses`` reads."""
+    """The two fields of ``adsim.model.head.Features`` that ``matching_losses`` reads."""
 
     def __init__(self, seg, det):
         self.seg, self.det = seg, det

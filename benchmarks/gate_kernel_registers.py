@@ -1,4 +1,4 @@
-"""Registers and spills of the two Triton gate kernels (``adsim._gate_triton``) for an H100/H200 (sm_90),
+"""Registers and spills of the two Triton gate kernels (``adsim.model.gate_triton``) for an H100/H200 (sm_90),
 from Triton's real compiler and ptxas; no GPU needed. Not part of the tests (which check the dots kernel
 for spills at 1, 2 and 4 warps).
 

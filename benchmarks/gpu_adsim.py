@@ -8,7 +8,7 @@ Random weights, synthetic images, ``ViT-L-14-336`` at 238 px (the 17 x 17 patch 
 3. a naive-pooling training step (Dice + Focal + BCE, no VACA, no centroids: the MVFA-like baseline),
 4. a matching + VACA training step (batched gate, full objective),
 5. a matching + VACA training step with the exact fast sequential gate (issue 12, ``gate_mode="sequential"``;
-   on CUDA its decisions come from the fused Triton kernel, ``adsim._gate_triton``),
+   on CUDA its decisions come from the fused Triton kernel, ``adsim.model.gate_triton``),
 
 and the time of the batched gate, the exact fast sequential gate (``match_sequential``: one layer, and
 all 8 slots of a step, with the JAX scan and with the Triton kernels -- ``chords`` at 4 (its default),
@@ -16,7 +16,7 @@ all 8 slots of a step, with the JAX scan and with the Triton kernels -- ``chords
 names it; the Triton rows are skipped, with that label, on the CPU) and the literal sequential loop on
 one batch's patch features.
 
-Compiled rows (issue 14; ``adsim._compile``, what ``train --compile`` runs): the bare, naive and
+Compiled rows (issue 14; ``adsim.training.compiled_step``, what ``train --compile`` runs): the bare, naive and
 matching+VACA (batched gate) steps with everything after the frozen trunk under ``torch.compile``
 (``--compile-mode``, default ``reduce-overhead`` = inductor + CUDA graphs), each with the time of its
 first call (compilation + one step), and the 8 batched gates compiled alone; their targets are checked
@@ -95,13 +95,13 @@ def _batch(spec, b, device, gen):
 
 
 def _bare_loss(cfg, head, feats, batch):
-    """The bare adapter step's trivial loss (``loss_fn`` signature of adsim.train.train_epoch)."""
+    """The bare adapter step's trivial loss (``loss_fn`` signature of adsim.training.train.train_epoch)."""
     return torch.stack(feats.seg_logits).float().pow(2).mean() + feats.image_logits.float().pow(2).mean(), {}
 
 
 def _step_fn(backbone, cfg, text, batch, device, amp, kind, compiled=None):
     """One training step of ``kind`` ("bare" or "full"); ``compiled=(mode, backend)``: everything after
-    the frozen trunk through ``adsim._compile.compiled_loss`` (what ``train --compile`` runs)."""
+    the frozen trunk through ``adsim.training.compiled_step.compiled_loss`` (what ``train --compile`` runs)."""
     head = make_head(cfg, backbone.spec.width, backbone.spec.embed_dim, text).to(device)
     opt = torch.optim.Adam(head.parameters(), lr=cfg.lr, betas=cfg.betas)
     if compiled is not None:
@@ -167,14 +167,14 @@ def _compiled_gates(args, bank, slots, device, kw) -> float:
     def call():
         if args.compile_mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()
-        with warnings.catch_warnings():  # array_api_compat's lru_cache (see adsim._compile)
+        with warnings.catch_warnings():  # array_api_compat's lru_cache (see adsim.training.compiled_step)
             warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
             fn()
     return _time(call, device, **kw)
 
 
 def _triton_variant(call, kernel: str, num_warps: int):
-    """``call`` with ``match_sequential``'s Triton kernel (``adsim._gate_triton.gate_decisions``, looked up
+    """``call`` with ``match_sequential``'s Triton kernel (``adsim.model.gate_triton.gate_decisions``, looked up
     at call time) fixed to ``kernel`` at ``num_warps``; the module's function is restored after each call."""
     from adsim.model import gate_triton as _gate_triton
 
@@ -342,7 +342,7 @@ def run(args) -> str:
         graphs = (f"CUDA-graph skips: {counters['inductor']['cudagraph_skips']} (0 = every compiled region ran as a "
                   "CUDA graph)" if args.compile_mode == "reduce-overhead" else "no CUDA graphs in this mode")
         lines += ["", f"Compiled rows: `torch.compile` mode {args.compile_mode!r}, backend {args.compile_backend!r} "
-                  f"(adsim._compile: everything after the frozen trunk, forward and backward); {graphs}."]
+                  f"(adsim.training.compiled_step: everything after the frozen trunk, forward and backward); {graphs}."]
     lines += ["", "| target (issue 7, 12, 14) | measured | met? |", "|---|---:|---|"]
     for label, value, bound, op in checks:
         ok = value <= bound if op == "<=" else value >= bound
@@ -367,7 +367,7 @@ def main(argv=None) -> int:
                    help="also time the naive step with VACA only and matching without VACA (batch --batch-size)")
     p.add_argument("--skip-literal", action="store_true", help="skip timing the literal per-feature loop (~8 s/call)")
     p.add_argument("--compile-steps", nargs="*", choices=tuple(_COMPILED), default=list(_COMPILED),
-                   help="steps timed compiled (adsim._compile) at --batch-size; no value: none")
+                   help="steps timed compiled (adsim.training.compiled_step) at --batch-size; no value: none")
     p.add_argument("--compile-mode", choices=_compile.MODES[1:], default=None,
                    help="torch.compile mode of the compiled rows (default: reduce-overhead on CUDA, default on CPU)")
     p.add_argument("--compile-backend", default=None,

@@ -1,8 +1,12 @@
 """poolsim: naive pooling, uniform subsampling and matching across heterogeneous domains.
 
 Reproduces and tests "Beyond Pooling: Matching for Robust Generalization under Data Heterogeneity"
-(AISTATS 2026). Public API only; the implementation lives in private modules.
+(AISTATS 2026). Public API only; the implementation lives in private modules. ``poolsim.core`` is the
+array-API matching core (distances, gate, centroid updates) that ``adsim`` runs on torch tensors, and
+``poolsim.verdict`` the one verdict rule.
 """
+from . import _core as core
+from . import _verdict as verdict
 from . import flows as flows
 from . import metadist as metadist
 from . import theory as theory
@@ -22,5 +26,5 @@ from ._verdict import decide as decide_claim
 
 __version__ = "0.1.0"
 __all__ = ["Matched", "MultiMatched", "Pooled", "Subsampled", "Verdict", "atomic_write", "atomic_write_text",
-           "da_score", "decide_claim", "flows", "match", "match_multimodal", "metadist", "naive_pool", "subsample",
-           "theory"]
+           "core", "da_score", "decide_claim", "flows", "match", "match_multimodal", "metadist", "naive_pool", "subsample",
+           "theory", "verdict"]

@@ -1,7 +1,7 @@
 """Recipes: every method choice of the detector as data (``--recipe paper|authors|clean``).
 
 A :class:`Recipe` is a frozen dataclass; its fields (except ``name``) are fields of
-:class:`adsim.train.TrainConfig` of the same name, plus ``protocol_mode`` (the protocol's default
+:class:`adsim.training.train.TrainConfig` of the same name, plus ``protocol_mode`` (the protocol's default
 ``--mode``). Command-line flags only *override* fields of the chosen recipe (:func:`override`); a run
 records the full recipe (``config.json`` -> ``"recipe"``; ``protocol.json`` for a protocol run).
 
@@ -11,7 +11,7 @@ records the full recipe (``config.json`` -> ``"recipe"``; ``protocol.json`` for 
 * ``mvfa``    -- the MVFA-AD baseline (Huang et al., CVPR 2024; github.com/MediaBrain-SJTU/MVFA-AD):
   the adapter head without VACA and without matching (``method="naive"``), MVFA's prompts, input,
   losses' data, checkpoint selection and scoring.
-* ``anomalyclip`` -- the AnomalyCLIP baseline (``adsim.baselines.anomalyclip``) with its training settings.
+* ``anomalyclip`` -- the AnomalyCLIP baseline (``adsim.methods.baselines.anomalyclip``) with its training settings.
 
 Where a choice could not be implemented, the field still exists, the value is listed in
 :data:`NOT_IMPLEMENTED` and :func:`validate` rejects it with a one-line message; the shipped recipe
@@ -30,7 +30,7 @@ from adsim.data.domains import SPLITS
 
 # Allowed values of every categorical field (the first one is not special).
 CHOICES = {
-    "method": ("naive", "match", "anomalyclip"),  # anomalyclip: adsim.baselines.anomalyclip
+    "method": ("naive", "match", "anomalyclip"),  # anomalyclip: adsim.methods.baselines.anomalyclip
     "metric": METRICS,
     "gate_unit": ("patch", "image_mean"),
     "gate_filter": ("centroids", "skip_step"),
@@ -67,8 +67,7 @@ class Recipe:
     metric: str = "geodesic"            # gate metric M
     gate_unit: str = "patch"            # per patch token, or per image mean token (per class)
     gate_filter: str = "centroids"      # failing features: only no centroid update / skip the sample's step
-    # Algorithm 1's feature loop, or batch-start centroids. clean: "batched" until the exact fast
-    # sequential gate (issue 12 item 2) is merged -- this build's loop is ~75x slower; then "sequential".
+    # Algorithm 1's feature loop (exact), or batch-start centroids (one vectorised step per batch)
     gate_mode: str = "sequential"
     gate_tau: str = "adaptive"          # tau = min(d+, d-), or a fixed radius ``tau``
     tau: float = 1.0                    # fixed radius (metric units) when gate_tau == "fixed"

@@ -20,7 +20,7 @@ SIMULATED_MARKER = "SIMULATED_TOY_DATA.txt"  # written by ``make-toy-bmad`` at t
 
 
 def simulated(root) -> bool:
-    """Whether ``root`` is SIMULATED toy data (``adsim.toy.make_toy_bmad`` left its marker file there)."""
+    """Whether ``root`` is SIMULATED toy data (``adsim.data.toy.make_toy_bmad`` left its marker file there)."""
     return (Path(root) / SIMULATED_MARKER).is_file()
 
 

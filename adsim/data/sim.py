@@ -2,12 +2,12 @@
 
 SIMULATED data. It replaces images + frozen CLIP so that the whole domain-addition protocol runs on a
 CPU; the adsim head (adapters, VACA, matching, losses, text scoring) trains on it unchanged through
-``adsim.head.features_from_tokens``. Channels ``0 .. class_channels-1`` are the *class channels*
+``adsim.model.head.features_from_tokens``. Channels ``0 .. class_channels-1`` are the *class channels*
 (where anomalies live), the rest the *modality channels*. For a seed the generator draws:
 
 1. **Modality means** ``m_k`` in the modality channels with Gram matrix ``G`` = Table 4 of the paper
    read as mean pairwise cosines (``G_kl = E<f_k, f_l>``, ``G_kk = ||m_k||^2``; see
-   ``adsim.reference``), optionally shrunk towards its diagonal, ``G(s) = s G + (1 - s) diag(G)``
+   ``adsim.data.reference``), optionally shrunk towards its diagonal, ``G(s) = s G + (1 - s) diag(G)``
    (``offdiag_scale`` s <= 1 widens every modality gap and keeps G positive semi-definite). ``G`` must be
    PSD to be a Gram matrix: :func:`check_gram` tests it and, if not, projects it onto the PSD cone
    (eigenvalues clipped at 1e-6, diagonal restored by a congruence) and records ``psd_projected``.
@@ -52,7 +52,7 @@ middle of "partly shared, partly modality specific"; ``align_concentration = 2``
 ``Beta(1, 1)``, the uniform distribution of ``a_k`` on [0, 1] (no preferred alignment; chosen with the
 prior's form, before any run, not tuned on any result). ``text_cos = 0.8`` only scales the logits
 (``|t_anomaly - t_normal| = sqrt(2 - 2 text_cos)``), not which patches they rank first. The sweep
-(``adsim.sweep``) shows how the conclusions move with ``shared``, ``align_concentration``,
+(``adsim.experiments.sweep``) shows how the conclusions move with ``shared``, ``align_concentration``,
 ``anomaly_shift`` and ``offdiag_scale``.
 
 Shapes: ``tokens (n, L, N, W)`` float32 with ``N = grid^2``, ``W = width``; ``masks (n, grid, grid)``.

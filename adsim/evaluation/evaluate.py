@@ -3,11 +3,11 @@
 ``evaluate(run, data)`` rebuilds the run's backbone (and checks its weight fingerprint), loads the
 head from the run's checkpoint, scores the target's ``test`` split and writes ``RUN/metrics.json``
 atomically. Scores and pixel maps are logits by default (``score="logit_max"``; probabilities
-saturate and tie, see ``adsim.head``); ``score="authors_prob_mean"`` reproduces the released code's
+saturate and tie, see ``adsim.model.head``); ``score="authors_prob_mean"`` reproduces the released code's
 scoring. A run config's ``scoring`` field (its recipe) sets it; an explicit ``scoring=`` overrides.
 Image metrics (AUC, AP, F1-max) come from sklearn on all scores; pixel metrics (AUC, AP, F1-max,
 AUPRO to FPR 0.3) from ``adsim.metrics.Accumulator``'s histograms, within the ``pixel_error_bounds``
-it writes of the exact values (``pixel_auc`` was sklearn on all pixels before issue 13); pixel maps
+it writes of the exact values; pixel maps
 may be Gaussian-smoothed (``scipy.ndimage.gaussian_filter``, sigma in pixels; 0 = off).
 """
 from __future__ import annotations
@@ -61,10 +61,10 @@ def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", 
              batch_size: int = 16, device: str = "auto", progress: bool = True, scoring: str | None = None,
              overlays: int = 0, shots: int = 0, shot_seed: int = 0) -> dict:
     """Score the target's test split and write ``RUN/metrics.json``; returns the metrics dict.
-    ``scoring``: one of ``adsim.head.SCORES`` (default: the run's, else ``"logit_max"``).
+    ``scoring``: one of ``adsim.model.head.SCORES`` (default: the run's, else ``"logit_max"``).
     ``overlays=N``: also write the ``N`` most and the ``N`` least anomalous test images' heatmaps
-    (ground-truth contour where a mask exists) to ``RUN/overlays/`` (``adsim.overlays``).
-    ``shots=k``: few-shot mode (``adsim.fewshot.for_target``: k normal images of the target's valid split,
+    (ground-truth contour where a mask exists) to ``RUN/overlays/`` (``adsim.inference.overlays``).
+    ``shots=k``: few-shot mode (``adsim.methods.fewshot.for_target``: k normal images of the target's valid split,
     drawn with ``shot_seed``, in a memory bank; never scored; recorded in metrics.json)."""
     check_sigma(smooth_sigma)
     if not isinstance(overlays, int) or isinstance(overlays, bool) or overlays < 0:

@@ -10,7 +10,7 @@
 * ``ad_table.md`` -- final AUC and DA per target x task x method (mean +- sd over seeds), the paper's
   numbers in separate columns, and the paper's claims next to what this run shows.
 
-Paper numbers (``adsim.reference``) are always labelled "paper, real BMAD" and never mixed into a column
+Paper numbers (``adsim.data.reference``) are always labelled "paper, real BMAD" and never mixed into a column
 of this run's numbers, which are labelled "this run, simulated" or "this run, real".
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from adsim.data import (
 from adsim.data.domains import DOMAINS  # noqa: E402
 from adsim.experiments.protocol import METHODS  # noqa: E402
 from adsim.runtime.io import read_json
-from poolsim import _verdict as verdict  # noqa: E402  (the one verdict rule for every claim line)
+from poolsim import verdict  # noqa: E402  (the one verdict rule for every claim line)
 from poolsim import atomic_write  # noqa: E402
 
 FINAL = ("naive", "match-geodesic-vaca")
@@ -141,7 +141,7 @@ def _sweep_values(sw, p) -> list:
 
 def sensitivity_rows(sw) -> list:
     """Per swept (param, value): mean DA of each method and the paired difference matching + VACA minus
-    naive pooling over (target, task, seed), each with its 95% t-interval (``poolsim._verdict``)."""
+    naive pooling over (target, task, seed), each with its 95% t-interval (``poolsim.verdict``)."""
     rows = []
     for p in dict.fromkeys(sw["param"]):
         for v in _sweep_values(sw, p):
@@ -195,10 +195,10 @@ def fig_sensitivity(sw):
 def sensitivity_md(sw) -> str:
     """``sensitivity.md``: the rows of :func:`sensitivity_rows` as a table (this run, simulated)."""
     lines = ["# Sensitivity of the simulated protocol (this run, SIMULATED)", "",
-             f"`python -m adsim sweep`: one simulator parameter changed at a time (adsim.sim.SWEEP), hardest "
+             f"`python -m adsim sweep`: one simulator parameter changed at a time (adsim.data.sim.SWEEP), hardest "
              f"order, {sw['seed'].nunique()} seed(s), every target and task; the other parameters at their "
              "defaults. Each cell: mean, 95% Student-t interval over (target, task, seed), pairs, verdict "
-             "(poolsim._verdict). DA columns test DA >= 4; the last column tests matching + VACA > naive.", "",
+             "(poolsim.verdict). DA columns test DA >= 4; the last column tests matching + VACA > naive.", "",
              "| parameter | value | naive DA | matching + VACA DA | matching + VACA - naive |", "|---|---|---|---|---|"]
     for r in sensitivity_rows(sw):
         cells = [verdict.describe(r[k]) if k in r else "-" for k in (*FINAL, "diff")]
@@ -303,7 +303,7 @@ def table_md(proto, da, shared=None, gains=None, var=None, recipe: dict | None =
                          f"{'-' if pa is None else f'{pa:.2f}'} | {'-' if pd_ is None else f'{pd_:.4g}'} |")
     lines += ["", "## Paper claims next to this run", "",
               "Decided on paired differences (same target, task, order, mode, seed) with a 95% Student-t "
-              f"interval (poolsim._verdict; fewer than {verdict.MIN_SEEDS} pairs or an interval containing the "
+              f"interval (poolsim.verdict; fewer than {verdict.MIN_SEEDS} pairs or an interval containing the "
               "threshold -> inconclusive).", ""]
     lines += [f"- {c['claim']} This run: {c['text']}" for c in claims(proto, hard, shared)]
     if da["order"].nunique() > 1:
@@ -338,7 +338,7 @@ def _extras(src: Path) -> tuple:
 def recipes_summary(runs: dict) -> str:
     """One markdown table of every claim under every recipe: ``runs = {recipe name: protocol folder}``."""
     lines = ["# The paper's claims under each recipe (this run, simulated)", "",
-             "Each row: mean paired difference, 95% Student-t interval, pairs, verdict (poolsim._verdict). "
+             "Each row: mean paired difference, 95% Student-t interval, pairs, verdict (poolsim.verdict). "
              "Recipes: docs/recipes.md.", "", "| claim | " + " | ".join(runs) + " |",
              "|---|" + "---|" * len(runs)]
     table = {}
@@ -359,7 +359,7 @@ def recipes_summary(runs: dict) -> str:
 def zero_shot_table(src) -> pd.DataFrame | None:
     """For a SIMULATED protocol folder: the text prior's draws per (seed, target) -- alignment ``a_k``,
     ``cos(v_k, u)`` and the zero-shot image AUC of the frozen text direction before any training
-    (``adsim.sim``, ``info["zero_shot"]``), regenerated from ``protocol.json``'s simulator parameters
+    (``adsim.data.sim``, ``info["zero_shot"]``), regenerated from ``protocol.json``'s simulator parameters
     and the run's seeds. ``None`` for real-data runs or runs without a record."""
     src = Path(src)
     if not (src / "protocol.json").is_file():
@@ -386,7 +386,7 @@ def zero_shot_md(zs: pd.DataFrame, proto: pd.DataFrame) -> list:
     """Lines of ``ad_table.md`` on the text prior: zero-shot AUC and drawn alignments, and how far the
     trained methods' final image AUC is from the zero-shot AUC (paired over (target, seed))."""
     lines = ["", "## Zero-shot transfer drawn from the text prior (this run, SIMULATED)", "",
-             "Per (seed, target) the simulator draws the text alignment a_k ~ Beta (adsim.sim, step 4); the "
+             "Per (seed, target) the simulator draws the text alignment a_k ~ Beta (adsim.data.sim, step 4); the "
              "zero-shot image AUC scores each test image by the frozen text direction before any training "
              "(layer mean of the max patch score). Intervals are descriptive (Student t over the draws).", "",
              f"- alignment a_k: {_t_interval(zs['alignment'])}; cos(v_k, text direction): "

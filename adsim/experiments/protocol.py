@@ -41,7 +41,7 @@ from adsim.metrics.functional import auc_percent, smooth
 from adsim.model.head import make_head
 from adsim.runtime.io import read_json, write_json
 from adsim.training.train import make_optimizer, train_epoch
-from poolsim import _core, atomic_write, da_score
+from poolsim import atomic_write, core, da_score
 
 
 class Settings(NamedTuple):
@@ -54,7 +54,7 @@ class Settings(NamedTuple):
     backbone: str | None = None
     checkpoint: str | None = None
     image_size: int | None = None
-    recipe: dict | None = None  # adsim.recipes.as_dict of the recipe (None: clean)
+    recipe: dict | None = None  # adsim.config.recipes.as_dict of the recipe (None: clean)
 
 
 def order_domains(source, target: str, order: str, seed: int) -> list:
@@ -99,8 +99,8 @@ def variance_rows(source, head, batch_size: int) -> list:
         before, after, labels = [], [], []
         for batch in source.test_batches(d, max(batch_size, EVAL_BATCH)):
             f = source.forward(head, batch["image"])
-            before.append(_core.normalize(f.det_raw[-1].mean(1)))
-            after.append(_core.normalize(f.det[-1].mean(1)))
+            before.append(core.normalize(f.det_raw[-1].mean(1)))
+            after.append(core.normalize(f.det[-1].mean(1)))
             labels.append(batch["label"])
         y = torch.cat(labels).bool()
         stats[d] = {k: torch.cat(v) for k, v in (("before", before), ("after", after))}
@@ -185,7 +185,7 @@ def recipe_of_settings(settings: Settings) -> recipes.Recipe:
 
 def shared_methods(recipe: recipes.Recipe, methods) -> dict:
     """``{method: method whose cells it shares}`` for the gate-metric ablation: where
-    :func:`adsim.recipes.metric_equivalence` proves l2 / cosine / geodesic identical under ``recipe``,
+    :func:`adsim.config.recipes.metric_equivalence` proves l2 / cosine / geodesic identical under ``recipe``,
     ``match-geodesic`` (else the first of them in ``methods``) is computed and the others copy its cells
     (recorded as ``shared_with``); otherwise every method maps to itself."""
     out = {m: m for m in methods}

@@ -2,9 +2,9 @@
 
 A :class:`Source` hides the difference: ``forward(head, x)`` is ``features_from_tokens`` (simulated
 tokens) or ``features`` (images through the frozen open_clip backbone); ``train_batches`` and
-``test_batches`` yield the batch dicts that ``adsim.train.train_epoch`` and
-``adsim.evaluate.score_batches`` consume. ``similarity`` is the Table-4-style matrix (mean pairwise
-cosine of unit image features, ``adsim.sim.similarity``) *measured on this source's features*: last
+``test_batches`` yield the batch dicts that ``adsim.training.train.train_epoch`` and
+``adsim.evaluation.evaluate.score_batches`` consume. ``similarity`` is the Table-4-style matrix (mean pairwise
+cosine of unit image features, ``adsim.data.sim.similarity``) *measured on this source's features*: last
 simulated layer for the simulator, last adapter block of the frozen backbone for real images (the paper
 used the 4th adapter layer of its trained model, which does not exist before training).
 """

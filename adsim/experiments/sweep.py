@@ -1,5 +1,5 @@
 """``python -m adsim sweep``: sensitivity of the simulated protocol to the simulator parameters that
-matter most (``adsim.sim.SWEEP``: the mean text alignment ``shared`` and the concentration of its prior,
+matter most (``adsim.data.sim.SWEEP``: the mean text alignment ``shared`` and the concentration of its prior,
 ``align_concentration`` (``inf``: every modality at the mean, the fixed-fraction simulator), the anomaly
 shift, the scale of the off-diagonal of Table 4), varied one at a time around the defaults.
 

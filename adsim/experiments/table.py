@@ -1,13 +1,13 @@
 """``python -m adsim table``: the paper's Table 1 as a grid of cells -- every target x method x shots.
 
 A *cell* is one (target, method, k) evaluation on the target's ``test`` split: ``k = 0`` is zero-shot,
-``k > 0`` the few-shot mode of :mod:`adsim.fewshot` (k normal images of the target's ``valid`` split in a
+``k > 0`` the few-shot mode of :mod:`adsim.methods.fewshot` (k normal images of the target's ``valid`` split in a
 memory bank; they are never scored). Methods:
 
 * training-free (:func:`adsim.methods.catalog.zero_shot_names`, e.g. ``winclip``): built once per target, no training;
-* trained (a recipe name of :mod:`adsim.recipes`, or a ``method`` value of the ``--recipe``, e.g.
+* trained (a recipe name of :mod:`adsim.config.recipes`, or a ``method`` value of the ``--recipe``, e.g.
   ``naive``/``match``, or a name registered in :data:`adsim.methods.registry.TRAINED`): trained ONCE per target,
-  leave-one-out (every other domain, :func:`adsim.train.train`), in ``OUT/runs/<target>/<method>/``, and
+  leave-one-out (every other domain, :func:`adsim.training.train.train`), in ``OUT/runs/<target>/<method>/``, and
   reused by every k. A run folder with ``trained.json`` is finished and never retrained; one with a
   checkpoint but no ``trained.json`` was interrupted and resumes (``train(resume=True)``).
 
@@ -15,7 +15,7 @@ Every finished cell is a file ``OUT/cells/<target>__<method>__k<k>.json`` (writt
 skips it, so an interrupted table resumes where it stopped. ``OUT/table.csv`` and ``OUT/table.md`` are
 rebuilt from the cells: one row per target, one column per method x k x task (AC = image AUROC, AS =
 pixel AUROC, percent; each cell file keeps every metrics.json entry: AP, F1-max, AUPRO), and -- in
-SEPARATE columns headed "paper-reported" -- the paper's Table 1 (``adsim.reference.TABLE1``, zero-shot
+SEPARATE columns headed "paper-reported" -- the paper's Table 1 (``adsim.data.reference.TABLE1``, zero-shot
 only: the paper reports no few-shot numbers) for the row that corresponds to each method. The header
 says when the AUCs are meaningless (random-weight backbone) and which methods selected their checkpoint
 on the target's test set (a recipe with ``select="test"``: optimistic, not zero-shot).
@@ -113,7 +113,7 @@ def evaluate_cell(detector, data, target: str, shots: int, *, shot_seed: int = 0
                   batch_size: int = 16) -> dict:
     """metrics.json entries of one cell on ``target``'s test split (``image_auc``, ``pixel_auc``, AP,
     F1-max, AUPRO, percent; streamed through :class:`adsim.metrics.Accumulator` as ``eval`` does, pixel
-    maps Gaussian-smoothed with ``smooth_sigma``). ``shots > 0``: few-shot (:func:`adsim.fewshot.for_target`:
+    maps Gaussian-smoothed with ``smooth_sigma``). ``shots > 0``: few-shot (:func:`adsim.methods.fewshot.for_target`:
     shots from the target's ``valid`` normals, excluded from the scored images)."""
 
     samples, info = bmad.list_split(data, target, "test"), {"shots": 0}

@@ -1,6 +1,6 @@
 """Inference: the one path from images to anomaly scores and pixel maps.
 
-``Detector.from_run(RUN)`` rebuilds a trained run's method (``adsim._method.TRAINED[cfg.method]``),
+``Detector.from_run(RUN)`` rebuilds a trained run's method (``adsim.methods.registry.TRAINED[cfg.method]``),
 ``Detector.zero_shot(name, backbone=..., checkpoint=...)`` a training-free one
 (``adsim.methods.catalog.zero_shot``). ``predict(images)`` takes a folder, a list of paths, PIL images or a
 tensor ``(B, 3, H, W)`` in ``[0, 1]`` and returns a :class:`Prediction` (NumPy; no labels needed);
@@ -156,11 +156,11 @@ def _collate(items: list) -> dict:
 
 
 class Detector:
-    """A method (``adsim._method.Method``) on a device, ready to score images.
+    """A method (``adsim.methods.registry.Method``) on a device, ready to score images.
 
     Attributes: ``method``, ``device`` (``torch.device``), ``info`` (dict: where the method came from,
     e.g. the run folder and checkpoint). ``precision``: autocast of the forward pass (``"auto"``: bf16
-    on GPU, float32 on CPU; see ``adsim._io.autocast_dtype``)."""
+    on GPU, float32 on CPU; see ``adsim.runtime.io.autocast_dtype``)."""
 
     def __init__(self, method: registry.Method, *, device="auto", precision: str = "auto", info: dict | None = None):
         self.device = resolve_device(device) if isinstance(device, str) else torch.device(device)
@@ -175,7 +175,7 @@ class Detector:
     def from_run(cls, run, *, checkpoint: str = "auto", device: str = "auto", scoring: str | None = None):
         """The method a ``python -m adsim train`` run folder trained, with its checkpoint (``"auto"``,
         ``"last"``, ``"best"``) and precision. ``scoring``: override of the run's score (one of
-        ``adsim.head.SCORES``; default: the run's recipe)."""
+        ``adsim.model.head.SCORES``; default: the run's recipe)."""
         r = load_run(run, checkpoint=checkpoint, device=device)
         load = catalog.trained(r.cfg.method)
         cfg = r.cfg._replace(scoring=run_score(r.cfg, scoring))
@@ -197,10 +197,10 @@ class Detector:
         return cls(build(bb, **options), device=dev, precision=precision, info=info)
 
     def with_shots(self, normal_images, k: int, *, seed: int = 0, batch_size: int = 16) -> "Detector":
-        """Few-shot mode (``adsim.fewshot``, MVFA-AD's k-shot setting): ``k`` of ``normal_images`` (normal
+        """Few-shot mode (``adsim.methods.fewshot``, MVFA-AD's k-shot setting): ``k`` of ``normal_images`` (normal
         images of the target: a folder, paths, PIL images or ``adsim.data.Sample`` s), drawn with ``seed``,
         in a memory bank fused with this detector's zero-shot output. Returns a new detector; never score
-        the shots (``adsim.fewshot.exclude_shots``)."""
+        the shots (``adsim.methods.fewshot.exclude_shots``)."""
         return attach(self, normal_images, k, seed=seed, batch_size=batch_size)
 
     def _forward(self, x: torch.Tensor, maps: bool) -> registry.Output:
@@ -225,7 +225,7 @@ class Detector:
     def predict(self, images, *, batch_size: int = 16, maps: bool = True, progress: bool = False,
                 strict: bool = False, overlays=None, num_workers: int = 0) -> Prediction:
         """Score ``images`` (see :func:`image_items`); no labels needed. ``maps=False`` keeps no pixel
-        map; ``overlays=DIR`` writes one heatmap PNG per image while streaming (``adsim.overlays``;
+        map; ``overlays=DIR`` writes one heatmap PNG per image while streaming (``adsim.inference.overlays``;
         names: ``adsim.inference.overlays.overlay_names``). Unreadable files are skipped with one warning
         naming each (``strict=True``: ``ValueError``); ``paths`` lists the images actually scored."""
         _check_batch_size(batch_size)

@@ -4,7 +4,7 @@
 show where the model looks within an image, not how anomalous the image is (the score is printed in
 the title strip) -- over the RGB input at the map's resolution. The mask contour is the mask minus its
 binary erosion (``scipy.ndimage``), drawn one pixel wide. :func:`write_overlay` writes the PNG
-atomically (``adsim._io``; mode 0666 & ~umask, i.e. 0644 under the usual umask).
+atomically (``adsim.runtime.io``; mode 0666 & ~umask, i.e. 0644 under the usual umask).
 """
 from __future__ import annotations
 

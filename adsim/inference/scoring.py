@@ -19,7 +19,7 @@ from adsim.runtime import distributed
 def score(detector, samples, *, batch_size: int = 16, maps: bool = False, progress: bool = False,
           desc: str = "scoring", smooth_sigma: float = 0.0) -> dict:
     """``{"scores": (n,), "labels": (n,), "maps": (n, S, S) or None, "masks": ...}`` as NumPy, scored by
-    ``detector`` (``adsim.detector.Detector.score_samples``, batch by batch); maps are smoothed per image
+    ``detector`` (``adsim.inference.detector.Detector.score_samples``, batch by batch); maps are smoothed per image
     with ``smooth_sigma`` as they stream. Under torchrun each rank scores ``samples[rank::size]`` and
     every rank gets all ``n`` results."""
     part = distributed.shard(samples)  # [distributed] all samples with one process
@@ -44,7 +44,7 @@ def score_batches(head, batches, forward, *, grid: int, size: int, device, amp=N
                   progress: bool = False, desc: str = "scoring", scoring: str = DEFAULT_SCORE) -> dict:
     """Score an iterable of batch dicts (``image``, ``label``, ``mask``) with ``forward(x) -> Features``
     (image path or token path); the head is put in evaluation mode. ``scoring``: one of
-    ``adsim.head.SCORES``. Output as :func:`score`."""
+    ``adsim.model.head.SCORES``. Output as :func:`score`."""
     check_score(scoring)
     head.eval()
     scores, labels, all_maps, masks = [], [], [], []

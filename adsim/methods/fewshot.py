@@ -1,5 +1,5 @@
 """Few-shot mode: a memory bank of the patch features of ``k`` normal images of the TARGET, fused with
-any zero-shot method whose :class:`~adsim._method.Output` has ``patches`` (MVFA-AD's k-shot setting).
+any zero-shot method whose :class:`~adsim.methods.registry.Output` has ``patches`` (MVFA-AD's k-shot setting).
 
 What MVFA-AD does (Huang et al., "Adapting Visual-Language Models for Generalizable Anomaly Detection in
 Medical Images", CVPR 2024, its few-shot setting; released code ``MediaBrain-SJTU/MVFA-AD`` at c232e38,
@@ -67,6 +67,7 @@ from adsim.data import bmad
 from adsim.data.domains import SPLITS, canonical_domain
 from adsim.data.images import image_items
 from adsim.methods.registry import Method, Output
+from adsim.model.backbone import upsample_patches
 
 SHOTS = (2, 4, 8, 16)  # MVFA-AD's settings (any k >= 1 is accepted)
 SUPPORT_SPLITS = SPLITS
@@ -141,7 +142,7 @@ def load_images(items: list, method: Method) -> torch.Tensor:
 
 
 def attach(detector, normal_images, k: int, *, seed: int = 0, batch_size: int = 16):
-    """``detector`` in few-shot mode (``adsim.detector.Detector.with_shots``): ``k`` of ``normal_images``
+    """``detector`` in few-shot mode (``adsim.inference.detector.Detector.with_shots``): ``k`` of ``normal_images``
     (a folder, paths, PIL images or ``adsim.data.Sample`` s -- normal images of the target) drawn with
     ``seed`` (:func:`select_shots`) into a :class:`FewShot` bank on the detector's device and precision.
     Returns a new detector; its ``info`` adds the bank's record (``shots``, ``shot_seed``, ``shot_files``,
@@ -207,9 +208,9 @@ def nn_distance(patches: torch.Tensor, bank: torch.Tensor, *, exclude=None) -> t
 
 
 def _upsample(d: torch.Tensor, grid: int, size: int) -> torch.Tensor:
+    """``(B, N)`` distances -> ``(B, size, size)`` in float32, outside autocast."""
     with torch.autocast(d.device.type, enabled=False):
-        return nn.functional.interpolate(d.float().reshape(-1, 1, grid, grid), size=(size, size), mode="bilinear",
-                                         align_corners=False)[:, 0]
+        return upsample_patches(d.float(), grid, size)
 
 
 class FewShot(Method):

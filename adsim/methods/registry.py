@@ -48,8 +48,8 @@ class Method(nn.Module):
 
 
 class HeadMethod(Method):
-    """The adapter head of ``adsim.head`` (methods ``naive`` and ``match``): image score and pixel map
-    as ``adsim.head.image_scores`` / ``anomaly_maps`` with the run's ``scoring``; ``patches`` are the
+    """The adapter head of ``adsim.model.head`` (methods ``naive`` and ``match``): image score and pixel map
+    as ``adsim.model.head.image_scores`` / ``anomaly_maps`` with the run's ``scoring``; ``patches`` are the
     segmentation features (after VACA when on)."""
 
     def __init__(self, backbone, head, *, scoring: str, clip_norm: bool = True, name: str = "match"):
@@ -120,7 +120,7 @@ def load_head_method(cfg, backbone, record: dict, state: dict) -> HeadMethod:
 
 
 class Trainer(NamedTuple):
-    """The one hook of ``adsim.train`` for a method with its own trainable part (``adsim.baselines``).
+    """The one hook of ``adsim.training.train`` for a method with its own trainable part (``adsim.methods.baselines``).
 
     ``build(cfg, backbone) -> nn.Module``: every trainable parameter and every piece of state the
     checkpoint stores (saved as ``checkpoint["head"]``; the frozen backbone is *not* part of it).

@@ -366,10 +366,10 @@ def summarize(out, smooth_sigma: float = 0.0, *, bins: int = DEFAULT_BINS, fpr_l
     ``pixel_error_bounds["pixel_auc"]`` of the exact value), ``pixel_ap``, ``pixel_f1max``, ``aupro``,
     ``aupro_fpr_limit``, ``smooth_sigma``, ``n_regions``, ``pixel_bin_width`` and the bounds.
 
-    ``out``: ``adsim.evaluate.score``'s dict (``scores (n,)``, ``labels (n,)``, ``maps (n, S, S)`` or
+    ``out``: ``adsim.evaluation.evaluate.score``'s dict (``scores (n,)``, ``labels (n,)``, ``maps (n, S, S)`` or
     None, ``masks``), read ``chunk`` images at a time, or an iterable of such dicts, one per batch (a
     stream: nothing but the current batch is held). The maps are Gaussian-smoothed
-    (``adsim.evaluate.smooth``) batch by batch, so no smoothed copy of all maps is made."""
+    (``adsim.evaluation.evaluate.smooth``) batch by batch, so no smoothed copy of all maps is made."""
     batches = iter(_chunks(out, chunk) if isinstance(out, dict) else out)
     first = next(batches, None)
     if first is None:
@@ -382,7 +382,7 @@ def summarize(out, smooth_sigma: float = 0.0, *, bins: int = DEFAULT_BINS, fpr_l
 def accumulate(batches, smooth_sigma: float = 0.0, *, pixel: bool, bins: int = DEFAULT_BINS,
                fpr_limit: float = FPR_LIMIT) -> Accumulator:
     """An :class:`Accumulator` fed a stream of batch dicts (``scores``, ``labels``, ``maps``, ``masks``),
-    each batch's maps Gaussian-smoothed (``adsim.evaluate.smooth``) as it arrives, so nothing but the
+    each batch's maps Gaussian-smoothed (``adsim.evaluation.evaluate.smooth``) as it arrives, so nothing but the
     current batch is held. An empty stream gives an empty accumulator (a rank without images)."""
 
     acc = Accumulator(pixel, bins=bins, fpr_limit=fpr_limit)

@@ -1,16 +1,13 @@
-"""Algorithm 1's exact sequential gate as one fused Triton kernel, in two variants (issue 12, item 2).
+"""Algorithm 1's exact sequential gate as one fused Triton kernel, in two variants.
 
 :func:`gate_decisions` returns what ``matching._scan_decisions`` (a ``jax.lax.scan``) returns -- the
 0/1 decisions and the EMA normalisers of every feature, for ``S`` slots -- from ONE kernel launch:
 one program (thread block) per slot loops over the slot's ``n`` features in order and keeps the slot's
 two centroids (normal, anomaly) in registers. The JAX scan on a GPU is launch-bound (~12 us per
 dependent step, ``benchmarks/RESULTS.md``); here a step costs no launch, only its arithmetic and its
-reductions. Issue 12's target (the 8 slots of a ViT-L step, n = 4624, within 5% of the step) is
-~1.3 us per step. Two kernels (``kernel=``; neither is timed on a GPU yet, ``benchmarks/gpu_adsim.py``
-has the rows):
+reductions. Two kernels (``kernel=``; their GPU times are in ``benchmarks/RESULTS.md``):
 
-* ``"chords"`` (:func:`_gate_kernel`, the default: the first kernel, kept until a benchmark says
-  otherwise). The core's formulas step by step, EMA and slerp: per step one to three block-wide
+* ``"chords"`` (:func:`_gate_kernel`). The core's formulas step by step, EMA and slerp: per step one to three block-wide
   reductions of a joined ``(2, BLOCK_D, 2, 2)`` tile (l2 with the EMA one, the other EMA gates two,
   slerp one more) and elementwise IEEE divisions. sm_90, ``d = 768`` (``BLOCK_D = 1024``), 4 warps:
   80-128 registers, no spills with the EMA; at 1 warp the geodesic gate spills (ptxas).
@@ -27,7 +24,7 @@ has the rows):
   without: its values follow torch's separate roundings).
   ``"auto"`` picks dots for the EMA, chords for slerp.
 
-Chords kernel formulas: those of ``poolsim._core`` step by step (``normalize``, ``safe_norm``,
+Chords kernel formulas: those of ``poolsim.core`` step by step (``normalize``, ``safe_norm``,
 ``distance``, ``ema_update``, ``slerp_update``, the gate of ``matching._decide``), with IEEE-rounded
 division and square root (``div_rn``/``sqrt_rn``, as torch and JAX compute them) so that values agree
 with the JAX scan and the literal loop to rounding (the sums are reduced in another order). Two places
@@ -52,7 +49,7 @@ Dots kernel formulas, from ``ff = f.f``, ``cc = c.c``, ``fc = f.c`` of the raw v
 uninitialised). The gate compares a key that is strictly increasing in the core's distance
 (:func:`_closeness_key`), against the other centroid's key or the radius on the same scale
 (:func:`_tau_key`), with ``cos = clip(fc / sqrt(ff' cc'), -1, 1)``, a zero squared norm read as 1 (so
-``cos = 0`` when either vector is zero, ``_core.cosine_similarity``'s convention):
+``cos = 0`` when either vector is zero, ``core.cosine_similarity``'s convention):
 
 * l2: ``sqrt(max(ff + cc - 2 fc, 0))``; cosine: ``1 - cos``, as the core.
 * Geodesic: ``-cos``. For unit ``u, v`` the core's ``2 atan2(||u - v||, ||u + v||)`` is ``arccos(u.v)``
@@ -65,7 +62,7 @@ uninitialised). The gate compares a key that is strictly increasing in the core'
   (key 2 > ``-cos``), ``tau <= 0``: never (key -2).
 * EMA: with ``c* = g c`` the core's centroid (``g = 1`` for the start centroid), ``r^2 = alpha^2 c*.c*
   + beta^2 ff + 2 alpha beta f.c*`` (clamped at 0; ``r = 0``: the centroid stays, as
-  ``_core.ema_update``'s 0/0) and ``c' = (alpha c* + beta f) / r``.
+  ``core.ema_update``'s 0/0) and ``c' = (alpha c* + beta f) / r``.
 
 Rounding. A sum of products is one thread's ``k = BLOCK_D / (32 warps)`` terms and then a tree, so
 ``|error| <= gamma sum |x_i y_i|`` with ``gamma ~ (k + log2(32 warps)) u`` (``u = 2^-24``; ``d = 768`` at
@@ -164,17 +161,17 @@ def _gate_kernel(f_ptr, lab_ptr, c_ptr, init_ptr, acc_ptr, r_ptr, c_out_ptr, n, 
         ss_c, ss_f = tl.split(sums_cf)
         ss_e, e2 = tl.split(sums_e)
         norm_e = tl.where(ss_e > 0, tl.sqrt_rn(tl.where(ss_e > 0, ss_e, 1.0)), 0.0)
-        if METRIC != 0 or SLERP:  # the unit vectors (_core.normalize; l2 with the EMA needs none)
+        if METRIC != 0 or SLERP:  # the unit vectors (core.normalize; l2 with the EMA needs none)
             c_unit = tl.div_rn(c, tl.sqrt_rn(tl.where(ss_c > 0, ss_c, 1.0))[:, None])
             f_unit = tl.div_rn(fb, tl.sqrt_rn(tl.where(ss_f > 0, ss_f, 1.0))[:, None])
-        # chords of the unit vectors (_core.geodesic), one reduction; slerp needs them for any metric
+        # chords of the unit vectors (core.geodesic), one reduction; slerp needs them for any metric
         if METRIC == 2 or SLERP:
             dm = f_unit - c_unit
             dp = f_unit + c_unit
             ym, xp = tl.split(tl.sum(tl.join(dm * dm, dp * dp), axis=1))
             y = tl.where(ym > 0, tl.sqrt_rn(tl.where(ym > 0, ym, 1.0)), 0.0)
             x = tl.where(xp > 0, tl.sqrt_rn(tl.where(xp > 0, xp, 1.0)), 0.0)
-            both_zero = (y == 0) & (x == 0)  # _core.chord_angle: read as (1, 1), the angle pi/2
+            both_zero = (y == 0) & (x == 0)  # core.chord_angle: read as (1, 1), the angle pi/2
             y = tl.where(both_zero, 1.0, y)
             x = tl.where(both_zero, 1.0, x)
         # matching._decide: own distance below tau, or (adaptive) below the other centroid's, which is
@@ -203,9 +200,9 @@ def _gate_kernel(f_ptr, lab_ptr, c_ptr, init_ptr, acc_ptr, r_ptr, c_out_ptr, n, 
             ok = ok | (tl.join(i1, i0) <= 0)
         ok = ok | (init <= 0)
         a = tl.where(ok, 1.0, 0.0) * lab
-        # the EMA (_core.ema_update); its normaliser is also the scan's r
+        # the EMA (core.ema_update); its normaliser is also the scan's r
         ema = tl.where((norm_e > 0)[:, None], tl.div_rn(e, tl.where(norm_e > 0, norm_e, 1.0)[:, None]), c)
-        if SLERP:  # _core.slerp_update; its angle t = 2 atan2(y, x) from a polynomial atan (module docstring)
+        if SLERP:  # core.slerp_update; its angle t = 2 atan2(y, x) from a polynomial atan (module docstring)
             lo = tl.minimum(y, x)
             hi = tl.maximum(y, x)
             z = tl.div_rn(lo, hi)                       # in [0, 1]
@@ -261,7 +258,7 @@ def _centroid_scale(cc, unit):
 
 @triton.jit
 def _ema_move(c, f, g, cc, fc, ff, a, alpha, beta):
-    """``_core.ema_update`` of ``g c`` (``cc, fc``: its dot products) where ``a > 0``: returns the new
+    """``core.ema_update`` of ``g c`` (``cc, fc``: its dot products) where ``a > 0``: returns the new
     ``c = (alpha g c + beta f) / r`` and ``r = sqrt(max(||alpha g c + beta f||^2, 0))`` from the dot
     products; ``r = 0``: the EMA's 0/0, ``c`` stays."""
     r2 = alpha * alpha * cc + beta * beta * ff + 2.0 * alpha * beta * fc

@@ -36,14 +36,14 @@ from adsim.config.choices import DEFAULT_SCORE, SCORES
 from adsim.config.run import TrainConfig
 from adsim.model.backbone import Backbone, encode_prompts, run_blocks, upsample_patches
 from adsim.model.matching import CentroidBank
-from poolsim import _core
+from poolsim import core
 
 LOGIT_SCALE = 100.0
 
 
 def text_embeddings(backbone: Backbone, prompts: dict) -> torch.Tensor:
     """``T: (2, E)`` unit rows (normal, anomaly): renormalised mean of each ensemble's embeddings."""
-    rows = [_core.normalize(encode_prompts(backbone, list(prompts[k])).mean(0)) for k in ("normal", "anomaly")]
+    rows = [core.normalize(encode_prompts(backbone, list(prompts[k])).mean(0)) for k in ("normal", "anomaly")]
     return torch.stack(rows)
 
 
@@ -90,7 +90,7 @@ class VACA(nn.Module):
             delta = self.delta_running
         w = 1.0 + self.gamma * nn.functional.softplus(self.mlp(delta))
         var = torch.var(delta * w, correction=0)
-        return _core.normalize((p_norm if raw is None else raw) * w), var, w
+        return core.normalize((p_norm if raw is None else raw) * w), var, w
 
 
 class Features(NamedTuple):
@@ -135,7 +135,7 @@ def features(backbone: Backbone, head: Head, images: torch.Tensor) -> Features:
 def trunk_tokens(backbone: Backbone, images: torch.Tensor) -> torch.Tensor:
     """``(B, 1 + N, W)``: the tokens entering the first adapter, i.e. the output of the frozen blocks
     ``0 .. spec.adapter_layers[0]``. No adapter acts before them, so they depend on the image only (the
-    frozen-trunk cache of ``adsim.cache`` stores them)."""
+    frozen-trunk cache of ``adsim.training.cache`` stores them)."""
     spec = backbone.spec
     if images.ndim != 4 or images.shape[1] != 3 or tuple(images.shape[2:]) != (spec.image_size,) * 2:
         raise ValueError(f"images must have shape (B, 3, {spec.image_size}, {spec.image_size}), "
@@ -165,7 +165,7 @@ def adapter_bottlenecks(backbone: Backbone, head: Head, x: torch.Tensor) -> tupl
 
 def features_from_tokens(head: Head, tokens: torch.Tensor) -> Features:
     """The same head on *precomputed* frozen tokens ``tokens: (B, L, N, W)`` (e.g. the feature-level
-    simulator of ``adsim.sim``): each layer's adapters act on that layer's tokens. Without a backbone
+    simulator of ``adsim.data.sim``): each layer's adapters act on that layer's tokens. Without a backbone
     there are no later blocks for the residual mix ``0.8 x + 0.1 seg + 0.1 det`` to feed, so that mix
     is dropped; everything after the adapter bottleneck (VACA, scoring, matching, losses) is shared
     with :func:`features`. Raises ``ValueError`` on a wrong shape or NaN/inf features."""
@@ -179,7 +179,7 @@ def features_from_tokens(head: Head, tokens: torch.Tensor) -> Features:
 def features_from_bottlenecks(head: Head, seg_mid: list, det_mid: list, *, check: bool = True) -> Features:
     """Adapter bottlenecks ``L x (B, N, E)`` -> normalisation, VACA, text scoring (float32).
     ``check=False`` skips the NaN/inf check (a host sync and, under ``torch.compile``, a graph break):
-    the caller then checks :func:`finite` itself (``adsim._compile`` does, after the compiled step)."""
+    the caller then checks :func:`finite` itself (``adsim.training.compiled_step`` does, after the compiled step)."""
     ref = seg_mid[0]
     text = head.text
     direction = text[1] - text[0]
@@ -189,7 +189,7 @@ def features_from_bottlenecks(head: Head, seg_mid: list, det_mid: list, *, check
     with torch.autocast(ref.device.type, enabled=False):  # scoring and VACA in float32
         for k in range(head.n_layers):
             xs, xd = seg_mid[k].float(), det_mid[k].float()
-            ps, pd = _core.normalize(xs), _core.normalize(xd)
+            ps, pd = core.normalize(xs), core.normalize(xd)
             det_raw.append(pd)
             if head.vaca is not None:  # P~ from the raw tokens: no gradient through ps/pd's normalisation
                 ps, v_s, _ = head.vaca[k](ps, text, raw=xs)

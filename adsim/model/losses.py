@@ -17,7 +17,7 @@ import torch
 from torch.nn import functional
 
 from adsim.model.sphere import unit_geodesic
-from poolsim import _core
+from poolsim import core
 
 
 def _masked_mean(values, weights):
@@ -35,7 +35,7 @@ def dice_loss(prob, target, valid, smooth: float = 1.0):
 def focal_loss(logits, target, valid, gamma: float = 2.0):
     """``logits, target: (B, H, W)`` (anomaly logit, target in [0, 1]), ``valid: (B,)``.
 
-    A pixel is anomalous iff ``target >= 0.5`` (at least half lesion: the rule ``adsim.train``
+    A pixel is anomalous iff ``target >= 0.5`` (at least half lesion: the rule ``adsim.training.train``
     uses for patch labels, so a resized mask's half-covered pixel is anomalous in both places).
     """
     log_pt = torch.where(target >= 0.5, functional.logsigmoid(logits), functional.logsigmoid(-logits))
@@ -56,20 +56,20 @@ EPS_RECIPROCAL = 1e-6  # the authors' 1 / (d + 1e-6) (train_zero.py:186-187)
 
 def intra(f, accepted, c, *, metric: str = "geodesic", power: int = 2, unit: bool = False):
     """``f: (..., n, d)``, ``accepted: (..., n)`` 0/1, ``c: (..., d)`` -> ``(...)``: mean of
-    ``M(f_j, c)^power`` over the accepted ``j`` (0 for an empty set). ``M`` is ``_core.distance``
+    ``M(f_j, c)^power`` over the accepted ``j`` (0 for an empty set). ``M`` is ``core.distance``
     with ``metric`` (the paper: ``d_G``, ``power = 2``; the authors' code: ``d_G``, ``power = 1``).
 
     Several centroids at once (one pass over ``f``): ``accepted: (..., k, n)``, ``c: (..., k, d)`` ->
-    ``(..., k)``. For ``d_G`` the distances come from ``adsim._sphere.unit_geodesic`` (the chord formula
-    of ``_core.geodesic`` in one fused kernel); ``unit=True``: the rows of ``f`` are already unit
+    ``(..., k)``. For ``d_G`` the distances come from ``adsim.model.sphere.unit_geodesic`` (the chord formula
+    of ``core.geodesic`` in one fused kernel); ``unit=True``: the rows of ``f`` are already unit
     vectors (skips normalising them)."""
     multi = accepted.ndim == f.ndim
     acc = accepted if multi else accepted[..., None, :]
     cc = c if multi else c[..., None, :]
     if metric == "geodesic":
-        d = unit_geodesic(f if unit else _core.normalize(f), _core.normalize(cc)).transpose(-1, -2)  # (..., k, n)
+        d = unit_geodesic(f if unit else core.normalize(f), core.normalize(cc)).transpose(-1, -2)  # (..., k, n)
     else:
-        d = _core.distance(f[..., None, :, :], cc[..., :, None, :], metric)
+        d = core.distance(f[..., None, :, :], cc[..., :, None, :], metric)
     out = (acc * d ** power).sum(-1) / torch.clamp(acc.sum(-1), min=1.0)
     return out if multi else out[..., 0]
 
@@ -81,9 +81,9 @@ def inter(c_pos, c_neg, both_initialised, *, metric: str = "geodesic", form: str
     * ``reciprocal`` (authors' code, train_zero.py:180-187): ``1 / (M(c+, c-) + 1e-6)`` on *detached*
       centroids (the authors read ``centroid.data``), so it adds a value but no gradient."""
     if form == "neg_distance":
-        return -_core.distance(c_pos, c_neg, metric) * both_initialised
+        return -core.distance(c_pos, c_neg, metric) * both_initialised
     if form == "reciprocal":
-        d = _core.distance(c_pos.detach(), c_neg.detach(), metric)
+        d = core.distance(c_pos.detach(), c_neg.detach(), metric)
         return both_initialised / (d + EPS_RECIPROCAL)
     raise ValueError(f"inter_form must be one of {INTER_FORMS}, got {form!r}")
 
@@ -92,7 +92,7 @@ def cross(f, accepted, c_other, other_initialised, *, metric: str = "geodesic"):
     """The authors' feature-to-other-centroid term (train_zero.py:166,173,186): ``1 / (mean_j
     M(f_j, c_other) + 1e-6)`` over the accepted ``j`` with the other centroid detached; 0 for an empty
     set or an uninitialised other centroid. Shapes as :func:`intra`."""
-    d = _core.distance(f, c_other.detach()[..., None, :], metric)
+    d = core.distance(f, c_other.detach()[..., None, :], metric)
     n = accepted.sum(-1)
     mean = (accepted * d).sum(-1) / torch.clamp(n, min=1.0)
     return (n > 0).to(f.dtype) * other_initialised / (mean + EPS_RECIPROCAL)

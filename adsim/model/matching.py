@@ -1,12 +1,12 @@
-"""The detector's normal/anomaly centroids: state plus calls into ``poolsim._core`` on torch tensors.
+"""The detector's normal/anomaly centroids: state plus calls into ``poolsim.core`` on torch tensors.
 
 Algorithm 1, step (3), per layer and task. For a unit feature ``f`` with label ``y`` and centroids
 ``c+`` (normal), ``c-`` (anomaly), ``d+- = M(f, c+-)`` and the adaptive radius is
 ``tau(f) = min(d+, d-)``. The feature is *matched* to its label's centroid only when that centroid
 is strictly the closer one (``d_y = tau < d_other``, i.e. ``gate(d_y, d_other)`` of the core);
 otherwise it is skipped. A matched feature moves its centroid by the EMA of the paper
-(``alpha = 0.5`` then renormalisation, ``_core.ema_update``) or, as an option, along the great
-circle (``_core.slerp_update``). Centroids start at zero ("no warm start"); a zero centroid is
+(``alpha = 0.5`` then renormalisation, ``core.ema_update``) or, as an option, along the great
+circle (``core.slerp_update``). Centroids start at zero ("no warm start"); a zero centroid is
 *uninitialised* and never blocks: the first label-consistent feature initialises it (the EMA of a zero
 centroid is ``f / ||f||``) and an uninitialised *other* centroid counts as infinitely far away.
 (Taken literally, ``arccos(<f, 0>) = pi/2`` for both zero centroids would reject every feature forever.)
@@ -23,41 +23,21 @@ All decisions are 0/1 float weights (no boolean indexing, no host syncs); the re
 gradients through the matched features so that ``L_intra``/``L_inter`` train the adapters, while the
 stored state is detached.
 
-Exact and fast: :func:`match_sequential` takes Algorithm 1's decisions in one compiled, no-grad
-``jax.lax.scan`` over the features (the body is ``_gate`` and ``_core.ema_update``, the same code as
-the literal loop; ~``n * 2d`` flops; on CUDA tensors one fused Triton kernel instead, see the end of
-this docstring) and then rebuilds each centroid's EMA trajectory in torch as one
-weighted sum of the matched features, ``c_n = W_0 c_0 + sum_j W_j f_j``, with the per-step
-normalisers ``r_j = ||alpha c_{j-1} + (1 - alpha) f_j||`` taken from the scan. Its decisions are the
-literal loop's (same formulas in float32; only an exact floating-point tie could differ) and its
-centroids agree to ~1e-6. **Gradient:** the normalisers are held constant, so ``dc/df_j = W_j``
-(followed by the Jacobian of one final renormalisation) instead of the literal loop's product of
-per-step projections ``(I - c c^T) / r``: it is exactly the gradient of the literal loop with every
-``r_j`` detached and one renormalisation at the end (tested); with one EMA step per centroid the two
-gradients coincide (scale invariance of the renormalisation, tested). Slerp has no weighted-sum form:
-the same scan takes its decisions (body ``_core.slerp_update``) and :func:`slerp_trajectory` replays
-the literal chain in torch over the accepted features only, all slots at once (values and gradients
-are the loop's). ``CentroidBank(mode="sequential")`` uses :func:`match_sequential` for both updates;
-``match(..., mode="sequential")`` stays the literal loop, the oracle of the tests. (Measured on the
-``authors`` recipe's protocol cells, where the literal slerp loop was most of a cell's time:
-``benchmarks/RESULTS.md``, "adsim authors recipe: where a protocol cell's time goes".)
+Exact and fast: :func:`match_sequential` takes Algorithm 1's decisions without a Python loop -- one
+compiled, no-grad ``jax.lax.scan`` over the features on CPU, one fused Triton kernel per slot on CUDA
+(:mod:`adsim.model.gate_triton`) -- and then rebuilds each centroid's EMA trajectory in torch as one
+weighted sum of the matched features, ``c_n = W_0 c_0 + sum_j W_j f_j``, with the per-step normalisers
+``r_j = ||alpha c_{j-1} + (1 - alpha) f_j||`` taken from the scan. Its decisions are the literal loop's
+(same formulas in float32; only an exact floating-point tie could differ). **Gradient:** the normalisers
+are held constant, so ``dc/df_j = W_j`` (followed by one final renormalisation): exactly the gradient of
+the literal loop with every ``r_j`` detached (tested); with one EMA step per centroid the two coincide.
+Slerp has no weighted-sum form: the same scan takes its decisions and :func:`slerp_trajectory` replays
+the literal chain in torch over the accepted features only. ``match(..., mode="sequential")`` stays the
+literal loop, the oracle of the tests.
 
-The batched gate is an *approximation* of Algorithm 1 (decisions against the batch-start centroids).
-Measured with ``python benchmarks/adsim_gate.py`` on one 32-image toy batch (tiny backbone, random
-weights, 4 layers x 2048 patch features, ``benchmarks/RESULTS.md``): starting from centroids set by
-one earlier batch, 16% of the patch decisions and 0.8% of the image decisions differ from the exact
-gate, and the batched patch centroids end ~44 degrees from the exact ones (about the angle between
-the exact normal and anomaly centroids); from uninitialised centroids ~50% differ (the batched gate
-accepts every label-consistent feature of the first batch). Cost: on CPU the exact gate takes
-0.7-1.2x the batched gate's time for that batch; on an H200 at ViT-L-14-336 (B = 16) it takes ~56 ms
-per step (scan unrolled 8x; 84 ms without) against ~6 ms: the scan is launch-bound, ~12 us per
-sequential step, far from the issue's 5%-of-a-step target, which needs the loop in one GPU kernel.
-That kernel now exists (``adsim._gate_triton``: one Triton program per slot loops over the features
-with both centroids in registers; the same decisions as the literal loop under Triton's interpreter,
-tested on the CPU) and ``match_sequential`` uses it for CUDA tensors (``scan_backend="auto"``), in its
-default variant (``"chords"``; a second one, ``"dots"``, takes the EMA gate from one reduction of dot
-products per step in one warp). **Their GPU times are not measured yet**: ``benchmarks/gpu_adsim.py``
-has the rows ("exact sequential gates, all 8 slots, Triton kernel (...)") for the next GPU session.
+The batched gate is an *approximation* of Algorithm 1 (decisions against the batch-start centroids);
+how far its decisions and centroids are from the exact gate's, and what each costs on CPU and GPU, is
+measured by ``benchmarks/adsim_gate.py`` and ``benchmarks/gpu_adsim.py`` (``benchmarks/RESULTS.md``).
 """
 from __future__ import annotations
 
@@ -70,7 +50,7 @@ import numpy as np
 import torch
 
 from adsim.model.sphere import chords
-from poolsim import _core
+from poolsim import core
 
 GATE_MODES = ("sequential", "batched")
 UPDATES = ("ema", "slerp")
@@ -86,8 +66,8 @@ class Matched(NamedTuple):
 
 
 def _validate(metric: str, mode: str, update: str) -> None:
-    if metric not in _core.METRICS:
-        raise ValueError(f"metric must be one of {_core.METRICS}, got {metric!r}")
+    if metric not in core.METRICS:
+        raise ValueError(f"metric must be one of {core.METRICS}, got {metric!r}")
     if mode not in GATE_MODES:
         raise ValueError(f"gate mode must be one of {GATE_MODES}, got {mode!r}")
     if update not in UPDATES:
@@ -95,7 +75,7 @@ def _validate(metric: str, mode: str, update: str) -> None:
 
 
 def _move(c, f, alpha, update):
-    return _core.ema_update(c, f, alpha) if update == "ema" else _core.slerp_update(c, f, alpha)
+    return core.ema_update(c, f, alpha) if update == "ema" else core.slerp_update(c, f, alpha)
 
 
 def _gate(f, c_pos, c_neg, init_pos, init_neg, metric, tau=None):
@@ -105,18 +85,18 @@ def _gate(f, c_pos, c_neg, init_pos, init_neg, metric, tau=None):
     Array-API code: the same function runs on torch (literal loop) and inside the compiled
     ``jax.lax.scan`` of :func:`match_sequential`.
     """
-    return _decide(_core.distance(f, c_pos, metric), _core.distance(f, c_neg, metric), init_pos, init_neg, tau)
+    return _decide(core.distance(f, c_pos, metric), core.distance(f, c_neg, metric), init_pos, init_neg, tau)
 
 
 def _decide(d_pos, d_neg, init_pos, init_neg, tau=None):
     """The gate on distances to the two centroids (``init_*`` broadcast against ``d_*``; array API)."""
-    xp = _core.namespace(d_pos, d_neg)
+    xp = core.namespace(d_pos, d_neg)
     inf = xp.full_like(d_pos, float("inf"))
     d_pos_eff = xp.where(init_pos > 0, d_pos, inf)   # uninitialised centroid: infinitely far
     d_neg_eff = xp.where(init_neg > 0, d_neg, inf)
     # own centroid strictly closer (d_own = tau = min(d+, d-) < d_other); own uninitialised: accept
-    ok_pos = xp.where(init_pos > 0, _core.gate(d_pos, d_neg_eff if tau is None else tau), xp.ones_like(d_pos))
-    ok_neg = xp.where(init_neg > 0, _core.gate(d_neg, d_pos_eff if tau is None else tau), xp.ones_like(d_neg))
+    ok_pos = xp.where(init_pos > 0, core.gate(d_pos, d_neg_eff if tau is None else tau), xp.ones_like(d_pos))
+    ok_neg = xp.where(init_neg > 0, core.gate(d_neg, d_pos_eff if tau is None else tau), xp.ones_like(d_neg))
     return ok_pos, ok_neg
 
 
@@ -135,19 +115,19 @@ def _batched(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric, alp
         if metric == "geodesic" and tau is None:
             # the angle 2 asin(y / 2) increases with the chord y = ||f - c^||, so comparing chords is
             # comparing angles: one fused cdist pass (against c^ only) instead of angles from 2 chords
-            (dist,) = chords(f, _core.normalize(cents), both=False)  # (S, n, 2)
+            (dist,) = chords(f, core.normalize(cents), both=False)  # (S, n, 2)
         else:  # ablation metrics and a fixed radius: the generic definitions (forward only)
-            dist = _core.distance(f[:, :, None, :], cents[:, None, :, :], metric)
+            dist = core.distance(f[:, :, None, :], cents[:, None, :, :], metric)
         ok_pos, ok_neg = _decide(dist[..., 0], dist[..., 1], init_pos[:, None], init_neg[:, None], tau)
     acc = torch.stack([ok_pos * is_pos, ok_neg * is_neg], dim=1).to(f.dtype)  # (S, 2, n)
     total = acc.sum(-1)  # (S, 2)
     has = total > 0
-    # matched means (the _core.weighted_mean rule, as one batched matmul for both centroids), in
+    # matched means (the core.weighted_mean rule, as one batched matmul for both centroids), in
     # float32 like the rest of matching even when called inside an autocast region
     with torch.autocast(f.device.type, enabled=False):
         num = acc @ f  # (S, 2, d)
     mean = torch.where(has[..., None], num / torch.where(has, total, 1.0)[..., None], cents)
-    moved = _move(cents, _core.normalize(mean), alpha, update)
+    moved = _move(cents, core.normalize(mean), alpha, update)
     h = has.to(f.dtype)
     new = h[..., None] * moved + (1.0 - h[..., None]) * cents
     inits = torch.maximum(inits, h)
@@ -163,7 +143,7 @@ def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geode
     ``c_pos, c_neg: (d,)``; ``init_pos, init_neg: ()`` 0/1 floats.
     """
     _validate(metric, mode, update)
-    f = _core.normalize(f.float())
+    f = core.normalize(f.float())
     y, valid = y.to(f.dtype), valid.to(f.dtype)
     is_pos, is_neg = (1.0 - y) * valid, y * valid
     if mode == "batched":
@@ -189,8 +169,8 @@ def _scan_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metr
     ``f: (S, n, d)`` unit features, ``is_pos, is_neg: (n,)`` 0/1, ``c_*: (S, d)``, ``init_*: (S,)``.
     Returns ``(acc_pos, acc_neg, r_pos, r_neg)``, each ``(S, n)``: the 0/1 decisions and, per step, the
     norm ``r = ||alpha c + (1 - alpha) f||`` that the EMA divides by (0 where the EMA would be 0/0 and
-    leaves ``c`` unchanged, the antipodal case of ``_core.ema_update``). ``update="slerp"``: the
-    centroids move by ``_core.slerp_update`` and ``r`` is the decisions again (unused).
+    leaves ``c`` unchanged, the antipodal case of ``core.ema_update``). ``update="slerp"``: the
+    centroids move by ``core.slerp_update`` and ``r`` is the decisions again (unused).
     """
     import jax.numpy as jnp
     from jax import lax
@@ -204,7 +184,7 @@ def _scan_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metr
         for c, a in ((cp, out[0]), (cn, out[1])):
             moved.append(jnp.where(a[:, None] > 0, _move(c, fj, alpha, update), c))
             # the EMA's normaliser (slerp needs none: its chain is replayed literally, slerp_trajectory)
-            out.append(a * _core.safe_norm(_core.ema_update(c, fj, alpha, renormalize=False)) if update == "ema"
+            out.append(a * core.safe_norm(core.ema_update(c, fj, alpha, renormalize=False)) if update == "ema"
                        else a)
         carry = (moved[0], moved[1], jnp.maximum(ip, out[0]), jnp.maximum(in_, out[1]))
         return carry, tuple(out)
@@ -247,7 +227,7 @@ SCAN_BACKENDS = ("auto", "jax", "triton")
 
 
 def _triton_gate():
-    """``adsim._gate_triton`` if Triton is importable, else ``None`` (Triton ships with torch's CUDA
+    """``adsim.model.gate_triton`` if Triton is importable, else ``None`` (Triton ships with torch's CUDA
     wheels on Linux; it is absent from CPU-only installs)."""
     try:
         from adsim.model import gate_triton as _gate_triton
@@ -309,7 +289,7 @@ def ema_trajectory(f, c0, moved, r, alpha: float):
     w0 = torch.exp(log_step.sum(-1))
     c = w0[..., None] * c0 + torch.einsum("sn,snd->sd", w, f)
     any_moved = moved.amax(-1, keepdim=True) > 0
-    return torch.where(any_moved, _core.normalize(c), c0)
+    return torch.where(any_moved, core.normalize(c), c0)
 
 
 def slerp_trajectory(f, c0, moved, alpha: float):
@@ -317,7 +297,7 @@ def slerp_trajectory(f, c0, moved, alpha: float):
     features that moved some slot's centroid.
 
     ``f: (S, n, d)`` unit features, ``c0: (S, d)`` start centroids, ``moved: (S, n)`` 0/1 decisions
-    (no gradient). Slerp has no weighted-sum form, so each moving step is one ``_core.slerp_update``
+    (no gradient). Slerp has no weighted-sum form, so each moving step is one ``core.slerp_update``
     of all ``S`` slots, blended with the decision as the literal loop of :func:`match` does
     (``a * slerp(c, f_j) + (1 - a) * c``); steps where no slot moved are skipped (they change nothing
     and, as in the loop, pass no gradient). Values and gradients are therefore the literal loop's,
@@ -344,7 +324,7 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
     loop's gradients (``update="slerp"``: :func:`slerp_trajectory` replays the chain over the accepted
     features).
     ``scan_backend``: what takes the decisions. ``"triton"``: one fused Triton kernel
-    (``adsim._gate_triton``; CUDA tensors, or CPU tensors under Triton's interpreter, for tests);
+    (``adsim.model.gate_triton``; CUDA tensors, or CPU tensors under Triton's interpreter, for tests);
     ``"jax"``: the compiled ``jax.lax.scan``; ``"auto"`` (default): the kernel for CUDA tensors when
     Triton is installed (width <= 1024), else the JAX scan. ``scan_device`` (JAX scan only):
     ``"auto"`` runs the scan on the tensors' GPU when JAX has one (else on the CPU); ``"cpu"`` always
@@ -360,7 +340,7 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
     if f.ndim != 3 or c_pos.shape != (f.shape[0], f.shape[2]) or y.shape != (f.shape[1],):
         raise ValueError(f"match_sequential wants f (S, n, d), c (S, d), y (n,); got f {tuple(f.shape)}, "
                          f"c {tuple(c_pos.shape)}, y {tuple(y.shape)}")
-    f = _core.normalize(f.float())
+    f = core.normalize(f.float())
     y, valid = y.to(f.dtype), valid.to(f.dtype)
     is_pos, is_neg = (1.0 - y) * valid, y * valid
     state = [t.to(f.dtype) for t in (c_pos, c_neg, init_pos, init_neg)]
@@ -415,7 +395,7 @@ class CentroidBank(torch.nn.Module):
         sl = slice(start, start + f.shape[0])
         state = (self.c_pos[sl], self.c_neg[sl], self.init_pos[sl], self.init_neg[sl])
         if self.mode == "batched":
-            f = f.float() if unit else _core.normalize(f.float())
+            f = f.float() if unit else core.normalize(f.float())
             y, valid = y.to(f.dtype), valid.to(f.dtype)
             out = _batched(f, (1.0 - y) * valid, y * valid, *state, metric=self.metric, alpha=self.alpha,
                            update=self.update, tau=self.tau)

@@ -14,7 +14,7 @@ from adsim.config.run import TrainConfig
 from adsim.model import losses
 from adsim.model.backbone import upsample_patches
 from adsim.model.head import Head
-from poolsim import _core
+from poolsim import core
 
 
 def match_sets(cfg: TrainConfig, feats, labels, masks, has_mask, grid: int) -> list:
@@ -36,12 +36,12 @@ def match_sets(cfg: TrainConfig, feats, labels, masks, has_mask, grid: int) -> l
                  img.repeat_interleave(frac.shape[1]))]
     else:
         def mean(w):  # (B, N) weights -> (L, B, E) unit mean token
-            return _core.normalize((seg * w[None, :, :, None]).sum(2))
+            return core.normalize((seg * w[None, :, :, None]).sum(2))
         sets = [(0, torch.cat([mean(normal), mean(anomalous)], 1),
                  torch.cat([torch.zeros_like(labels), torch.ones_like(labels)]),
                  torch.cat([(normal.sum(1) > 0), (anomalous.sum(1) > 0)]).to(labels.dtype), img.repeat(2))]
     if cfg.match_branches == "seg+det":
-        f_img = _core.normalize(torch.stack([d.mean(dim=1) for d in feats.det]))  # (L, B, E)
+        f_img = core.normalize(torch.stack([d.mean(dim=1) for d in feats.det]))  # (L, B, E)
         sets.append((n_layers, f_img, labels, torch.ones_like(labels), img))
     return sets
 

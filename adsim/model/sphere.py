@@ -1,11 +1,11 @@
 """Geodesic distances of many unit features to a few centroids in one fused torch kernel.
 
-``poolsim._core.geodesic`` is the array-API definition (any backend, any inputs): it normalises both
+``poolsim.core.geodesic`` is the array-API definition (any backend, any inputs): it normalises both
 inputs and builds ``u - v`` and ``u + v`` explicitly, i.e. about ten full-size elementwise passes per
 centroid, forward and backward. The training step compares ``(L, B*N, E)`` *unit* features with two
 centroids per slot, so here the chords ``||f - c||`` and ``||f + c||`` for all centroids come from one
 ``torch.cdist`` call against ``[c, -c]`` (one pass over the features, a fused backward), and the angle
-from :func:`poolsim._core.chord_angle`, the same formula as ``_core.geodesic``.
+from :func:`poolsim.core.chord_angle`, the same formula as ``core.geodesic``.
 
 ``compute_mode="donot_use_mm_for_euclid_dist"`` matters: cdist's default for more than 25 rows is
 the matmul expansion ``||f||^2 + ||c||^2 - 2 <f, c>``, which cancels catastrophically for close
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from poolsim import _core
+from poolsim import core
 
 
 def chords(f: torch.Tensor, c: torch.Tensor, *, both: bool = True) -> tuple:
@@ -30,7 +30,7 @@ def chords(f: torch.Tensor, c: torch.Tensor, *, both: bool = True) -> tuple:
 
 def unit_geodesic(f: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """``(..., n, k)`` angles between *unit* rows ``f: (..., n, d)`` and *unit* (or zero) rows
-    ``c: (..., k, d)``; equal to ``_core.geodesic(f[..., :, None, :], c[..., None, :, :])`` for such
+    ``c: (..., k, d)``; equal to ``core.geodesic(f[..., :, None, :], c[..., None, :, :])`` for such
     inputs (to float rounding; a zero centroid gives pi/2 like there). Non-unit ``f`` gives wrong
     angles: callers normalise first or know their features are unit."""
-    return _core.chord_angle(*chords(f, c))
+    return core.chord_angle(*chords(f, c))

@@ -170,7 +170,7 @@ class _PerRank(torch.nn.Module):
 
 
 def data_parallel(head, per_rank, score, device: torch.device):
-    """``forward(x) -> Features`` of the GLOBAL batch for :func:`adsim.train.train_epoch`.
+    """``forward(x) -> Features`` of the GLOBAL batch for :func:`adsim.training.train.train_epoch`.
 
     ``per_rank(head, x) -> (seg_mid, det_mid)`` is the per-rank part (bottlenecks, ``L x (b, N, E)``),
     ``score(head, seg_mid, det_mid) -> Features`` the rest. With one process: ``score(head,
@@ -204,15 +204,6 @@ def check_in_sync(module: torch.nn.Module, rtol: float = 1e-6) -> None:
     for r, other in enumerate(all_fp):
         if not torch.allclose(other, ref, rtol=rtol, atol=rtol):
             raise DistributedError(f"rank {r}'s head state differs from rank 0's: the ranks diverged")
-
-
-def broadcast_object(obj):
-    """Rank 0's ``obj`` on every rank."""
-    if world().size == 1:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 def barrier() -> None:

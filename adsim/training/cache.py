@@ -1,7 +1,7 @@
 """Frozen-trunk cache: the tokens entering the first adapter, computed once per image.
 
 The backbone is frozen and no adapter acts before block ``spec.adapter_layers[0]``, so the output of
-blocks ``0 .. adapter_layers[0]`` (:func:`adsim.head.trunk_tokens`, ``(1 + N, W)`` per image) depends on
+blocks ``0 .. adapter_layers[0]`` (:func:`adsim.model.head.trunk_tokens`, ``(1 + N, W)`` per image) depends on
 the image alone and is the same in every epoch. ``train(..., trunk_cache=True)`` (CLI
 ``--trunk-cache``) computes it once, keeps it in RAM with the masks and labels, and trains from it:
 image decoding, resizing and the trunk blocks leave the epoch loop. The training result is the same as
@@ -25,7 +25,7 @@ from adsim.model.head import trunk_tokens
 
 class TrunkCache(torch.utils.data.Dataset):
     """Items like :class:`adsim.data.ImageDataset`'s, with the trunk tokens ``(1 + N, W)`` as ``image``
-    (the model input, as in ``adsim.sources``)."""
+    (the model input, as in ``adsim.experiments.sources``)."""
 
     def __init__(self, tokens: torch.Tensor, masks: torch.Tensor, has_mask: torch.Tensor, labels: torch.Tensor):
         n = tokens.shape[0]

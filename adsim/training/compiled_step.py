@@ -1,11 +1,11 @@
 """Opt-in compiled training step (``python -m adsim train --compile [MODE]``): ``torch.compile`` of
 everything after the frozen trunk, forward and backward.
 
-Boundary. The frozen trunk (blocks ``0 .. spec.adapter_layers[0]``, :func:`adsim.head.trunk_tokens`,
+Boundary. The frozen trunk (blocks ``0 .. spec.adapter_layers[0]``, :func:`adsim.model.head.trunk_tokens`,
 or the tokens of ``--trunk-cache``) stays eager; the compiled region is :func:`post_trunk_loss`: the
-adapters with the later frozen blocks between them (:func:`adsim.head.adapter_bottlenecks`, under the
-run's autocast), VACA and text scoring (:func:`adsim.head._score`), the batched matching gate with its
-centroid update, ``L_intra``/``L_inter`` and Dice/Focal/BCE (:func:`adsim.train.objective`). AOTAutograd
+adapters with the later frozen blocks between them (:func:`adsim.model.head.adapter_bottlenecks`, under the
+run's autocast), VACA and text scoring (:func:`adsim.model.head._score`), the batched matching gate with its
+centroid update, ``L_intra``/``L_inter`` and Dice/Focal/BCE (:func:`adsim.training.train.objective`). AOTAutograd
 compiles the backward of the same graph, so the step's many small ops (VACA's per-layer ops, the
 gate, the losses: ~1,100 extra kernel launches over the naive step on a GPU, ``benchmarks/RESULTS.md``)
 become a few fused kernels. The optimiser step and gradient clipping stay eager (the same for every
@@ -14,7 +14,7 @@ method).
 It compiles as one graph (``tests/adsim/test_adsim_compile.py`` compiles it with ``fullgraph=True``
 for the shipped recipes' settings). The one graph break of the eager code, the NaN/inf check of the
 features (a host sync), is taken out of the region: the region returns the flag and the wrapper
-checks it after the compiled call (:func:`adsim.head.check_finite`; the same one sync per step as
+checks it after the compiled call (:func:`adsim.model.head.check_finite`; the same one sync per step as
 eager). The exact sequential gate (``gate_mode="sequential"``) calls a JAX scan through DLPack, which
 ``torch.compile`` cannot trace: only the batched gate compiles, and ``--compile`` with the sequential
 gate is refused. In-place state updates inside the region -- the centroid bank's slot writes under
@@ -29,7 +29,7 @@ CUDA only). ``"auto"`` (what ``--compile`` alone means) picks ``"reduce-overhead
 the parameters and buffers are static inputs (fixed addresses, updated in place by the optimiser and
 by the region's own buffer writes, which cudagraph trees allow for static inputs); every call marks a
 new step (``torch.compiler.cudagraph_mark_step_begin``), and the step's outputs (loss, logged loss
-parts) are read before the next call, as :func:`adsim.train.train_epoch` does. Shapes are static
+parts) are read before the next call, as :func:`adsim.training.train.train_epoch` does. Shapes are static
 (``dynamic=False``): a smaller last batch compiles once more.
 
 Compilation does not change the method: same losses, gradients and centroids as eager up to float
@@ -81,8 +81,8 @@ def post_trunk_loss(cfg, head, backbone, tokens, batch, grid: int, amp=None, los
     """The compiled region: trunk tokens ``(B, 1 + N, W)`` -> ``(loss, parts, finite)``.
 
     Adapters and the later frozen blocks under autocast ``amp`` (``None``: float32), then
-    :func:`adsim.head._score` without its NaN check and ``loss_fn(cfg, head, feats, batch) -> (loss,
-    parts)`` (default :func:`adsim.train.objective`); ``finite`` is :func:`adsim.head.finite`."""
+    :func:`adsim.model.head._score` without its NaN check and ``loss_fn(cfg, head, feats, batch) -> (loss,
+    parts)`` (default :func:`adsim.training.train.objective`); ``finite`` is :func:`adsim.model.head.finite`."""
 
     with torch.autocast(tokens.device.type, dtype=amp or torch.float32, enabled=amp is not None):
         mids = adapter_bottlenecks(backbone, head, tokens)
@@ -97,7 +97,7 @@ def post_trunk_loss(cfg, head, backbone, tokens, batch, grid: int, amp=None, los
 def compiled_loss(cfg, head, backbone, grid: int, amp=None, *, mode: str = "default", backend: str | None = None,
                   fullgraph: bool = False, loss_fn=None):
     """``step(cfg, head, tokens, batch) -> (loss, parts)``: :func:`post_trunk_loss` compiled once for
-    this ``head`` and ``backbone`` (the ``loss_fn`` argument of :func:`adsim.train.train_epoch`, with
+    this ``head`` and ``backbone`` (the ``loss_fn`` argument of :func:`adsim.training.train.train_epoch`, with
     ``forward`` = the frozen trunk). ``mode`` as :func:`resolve_mode` has resolved it; ``backend``:
     default :data:`BACKEND` (``"inductor"``), or e.g. ``"aot_eager"`` (graph capture and AOTAutograd
     without code generation) or a backend callable; ``fullgraph=True`` raises on any graph break
@@ -124,7 +124,7 @@ def compiled_loss(cfg, head, backbone, grid: int, amp=None, *, mode: str = "defa
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()
         with warnings.catch_warnings():
-            # poolsim._core.namespace -> array_api_compat's lru_cache'd type -> namespace lookup: dynamo
+            # poolsim.core.namespace -> array_api_compat's lru_cache'd type -> namespace lookup: dynamo
             # warns that it traces through the cache; the lookup is a pure function of the type
             warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`",
                                     category=UserWarning)

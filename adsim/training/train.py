@@ -62,11 +62,11 @@ def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, gri
                 desc: str = "epoch", progress: bool = False, gather=None, loss_fn=None) -> dict:
     """One pass over ``batches`` (dicts with ``image`` -- the model input: images, or tokens --,
     ``mask``, ``has_mask``, ``label``): forward, :func:`objective`, one backward pass, gradient
-    clipping, optimizer step. ``forward(x) -> Features`` is the image path (:func:`adsim.head.features`)
-    or the token path (``features_from_tokens``). Data-parallel (``adsim.distributed``): ``forward``
+    clipping, optimizer step. ``forward(x) -> Features`` is the image path (:func:`adsim.model.head.features`)
+    or the token path (``features_from_tokens``). Data-parallel (``adsim.runtime.distributed``): ``forward``
     returns the features of the global batch and ``gather(batch)`` the global batch's labels and masks.
     ``loss_fn(cfg, module, out, batch) -> (loss, parts)``: a method's own objective (its
-    :class:`adsim._method.Trainer`; ``head`` is then that method's trainable module), default the head's
+    :class:`adsim.methods.registry.Trainer`; ``head`` is then that method's trainable module), default the head's
     :func:`objective`. Returns ``{"steps": n, loss name: mean over steps}``."""
     head.train()
     sums, steps = {}, 0
@@ -138,11 +138,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
           compile_mode: str | None = None) -> Path:
     """Train and checkpoint under ``cfg.out``; returns the run folder.
 
-    Under torchrun, data-parallel (``adsim.distributed``; ``cfg.batch_size`` is the global batch).
-    ``trunk_cache``: compute the frozen trunk's tokens once and train from them (``adsim.cache``;
+    Under torchrun, data-parallel (``adsim.runtime.distributed``; ``cfg.batch_size`` is the global batch).
+    ``trunk_cache``: compute the frozen trunk's tokens once and train from them (``adsim.training.cache``;
     same result, less time per epoch, RAM for the cache). ``compile_mode`` (one of
-    ``adsim._compile.MODES``; ``None``: eager): ``torch.compile`` the step after the frozen trunk
-    (``adsim._compile``; same result up to float rounding, fewer kernel launches; batched gate, one
+    ``adsim.training.compiled_step.MODES``; ``None``: eager): ``torch.compile`` the step after the frozen trunk
+    (``adsim.training.compiled_step``; same result up to float rounding, fewer kernel launches; batched gate, one
     process). Both are run settings, not recipe fields: recorded in ``config.json`` under
     ``"execution"``, and ``--resume`` may change them."""
 
@@ -206,7 +206,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         start, history, best = ckpt["epoch"] + 1, ckpt["history"], ckpt["best"]
     dataset = bmad.ImageDataset(samples, spec.image_size, clip_norm=cfg.clip_norm)
     loss_fn = None if trainer is None else trainer.loss
-    if trainer is not None:  # a method's own training forward (adsim._method.Trainer)
+    if trainer is not None:  # a method's own training forward (adsim.methods.registry.Trainer)
         forward = lambda x: trainer.forward(head, backbone, x)  # noqa: E731
     else:
         if trunk_cache and start < cfg.epochs:
@@ -259,7 +259,7 @@ def _jsonable(obj):
 def selection_score(backbone, head, samples, cfg, device) -> float:
     """Model-selection criterion: mean over domains of the image AUC (plus pixel AUC where masks
     exist, averaged). With ``select="heldout"`` the samples are held-out *training-domain* data.
-    ``head``: the adapter head, or a method's :class:`adsim._method.Method` (``Trainer.method``)."""
+    ``head``: the adapter head, or a method's :class:`adsim.methods.registry.Method` (``Trainer.method``)."""
     was_training = head.training
     method = head if isinstance(head, Method) else HeadMethod(backbone, head, scoring=run_score(cfg),
                                                                clip_norm=cfg.clip_norm, name=cfg.method)

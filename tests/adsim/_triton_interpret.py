@@ -5,7 +5,7 @@ before ``triton`` is first imported (Triton then builds every ``@triton.jit`` fu
 ``tl.sum`` included, as an interpreted one), so it runs here and not in the test session, where it
 would change every other Triton user. For each case (a dict of ``match_sequential`` arguments and
 options, and the Triton kernel to use) it runs ``match_sequential(..., scan_backend="triton")`` on CPU
-tensors with that kernel and records both the kernel's raw :class:`adsim._gate_triton.Decisions` and
+tensors with that kernel and records both the kernel's raw :class:`adsim.model.gate_triton.Decisions` and
 the returned ``Matched``.
 """
 import sys

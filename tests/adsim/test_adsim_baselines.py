@@ -1,4 +1,4 @@
-"""The baselines (adsim.baselines: WinCLIP, AnomalyCLIP; MVFA-AD as the ``mvfa`` recipe) on the tiny open_clip
+"""The baselines (adsim.methods.baselines: WinCLIP, AnomalyCLIP; MVFA-AD as the ``mvfa`` recipe) on the tiny open_clip
 backbone (random weights) and the toy BMAD data: the Method contract shared by every registered method,
 WinCLIP's harmonic aggregation against a hand computation, AnomalyCLIP's frozen encoders and its run folder."""
 import json

@@ -1,4 +1,4 @@
-"""The compiled training step (``adsim._compile``, ``train --compile``): one graph, and the same losses,
+"""The compiled training step (``adsim.training.compiled_step``, ``train --compile``): one graph, and the same losses,
 gradients and centroid / VACA state as the eager step.
 
 Backend: ``aot_eager`` -- dynamo's graph capture plus AOTAutograd (functionalisation of the in-place

@@ -228,7 +228,7 @@ def test_eval_metrics_merge_the_ranks_accumulators(monkeypatch, size):
     """Evaluation under torchrun: each rank streams its shard into an Accumulator, the accumulators are
     merged and the image scores come back in sample order; the result equals one process (oracle: the
     same function with world size 1). The collectives are replaced by the lists they would deliver."""
-    E = importlib.import_module("adsim.evaluate")  # adsim.evaluate the attribute is the function
+    E = importlib.import_module("adsim.evaluation.evaluate")  # the module (adsim.evaluation.evaluate is also a function)
     from adsim.evaluation.evaluate import split_metrics
     from adsim.metrics.accumulator import Accumulator
     samples = list(range(9))

@@ -1,4 +1,4 @@
-"""adsim.detector (the one inference path), the ``predict`` CLI and ``eval --overlays``, on the tiny backbone
+"""adsim.inference.detector (the one inference path), the ``predict`` CLI and ``eval --overlays``, on the tiny backbone
 (random weights) and the SIMULATED toy data.
 
 References: the trained head's scores are recomputed without the detector, from the checkpoint's state
@@ -48,7 +48,7 @@ def test_paths(toy_root):
 
 
 def _reference(run, backbone, paths):
-    """Scores and maps without adsim.detector: a fresh head + the checkpoint + the model code."""
+    """Scores and maps without adsim.inference.detector: a fresh head + the checkpoint + the model code."""
     record = json.loads((run / "config.json").read_text())
     cfg = TrainConfig(**record["config"])
     head = make_head(cfg, backbone.spec.width, backbone.spec.embed_dim, text_embeddings(backbone, record["prompts"]))

@@ -88,7 +88,7 @@ def test_unit_geodesic_float32_as_accurate_as_core_geodesic():
 
 
 def _previous_match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric, alpha=0.5, update="ema"):
-    """The batched rule of ``adsim.matching.match`` before the fast path (one slot)."""
+    """The batched rule of ``adsim.model.matching.match`` before the fast path (one slot)."""
     f = _core.normalize(f.float())
     y, valid = y.to(f.dtype), valid.to(f.dtype)
     is_pos, is_neg = (1.0 - y) * valid, y * valid

@@ -1,4 +1,4 @@
-"""Few-shot mode (adsim.fewshot): the memory bank, its distances, the fusion, shot selection and exclusion."""
+"""Few-shot mode (adsim.methods.fewshot): the memory bank, its distances, the fusion, shot selection and exclusion."""
 import json
 import shutil
 
@@ -227,7 +227,7 @@ def test_distances_stay_float32_under_autocast_and_chunking(method, images, monk
         _, ref = fs.parts(test)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             _, cast = fs.parts(test)
-        monkeypatch.setattr("adsim.fewshot._CHUNK_BYTES", 1)  # one image per chunk
+        monkeypatch.setattr("adsim.methods.fewshot._CHUNK_BYTES", 1)  # one image per chunk
         _, chunked = fs.parts(test)
     assert cast.dtype == torch.float32
     # the method's own features may move under bf16 autocast, the distance arithmetic may not: compare with

@@ -1,4 +1,4 @@
-"""The exact fast sequential gate (adsim.matching.match_sequential) against the literal loop of
+"""The exact fast sequential gate (adsim.model.matching.match_sequential) against the literal loop of
 Algorithm 1 (``match(..., mode="sequential")``, the oracle): same decisions, centroids within 1e-5,
 and its documented gradient (EMA normalisers held constant)."""
 import pytest

@@ -1,4 +1,4 @@
-"""The fused Triton kernel of the exact sequential gate (``adsim._gate_triton``, issue 12 item 2)
+"""The fused Triton kernel of the exact sequential gate (``adsim.model.gate_triton``, issue 12 item 2)
 against the two references of Algorithm 1: the literal loop (``match(..., mode="sequential")``, the
 oracle) and the JAX scan it replaces on CUDA (``matching._scan_decisions``).
 

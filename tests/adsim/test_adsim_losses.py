@@ -82,7 +82,7 @@ def test_bce_accepts_integer_and_bool_labels():
 
 def test_focal_half_lesion_pixel_counts_as_anomalous():
     # Decision (docstring of focal_loss): a soft target counts as anomalous iff >= 0.5 -- at least
-    # half lesion, the rule adsim.train uses for patch labels. z = ln 3, target 0.5: p_t = p = 3/4,
+    # half lesion, the rule adsim.training.train uses for patch labels. z = ln 3, target 0.5: p_t = p = 3/4,
     # loss = (1/4)^2 ln(4/3); as "normal" it would be (3/4)^2 ln 4.
     z = torch.tensor([[[math.log(3.0)]]])
     got = float(losses.focal_loss(z, torch.tensor([[[0.5]]]), torch.ones(1)))

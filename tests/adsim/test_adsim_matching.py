@@ -1,4 +1,4 @@
-"""Gates and centroid updates of the detector (adsim.matching), which call poolsim._core on torch."""
+"""Gates and centroid updates of the detector (adsim.model.matching), which call poolsim._core on torch."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Recipes as data (adsim.recipes), the choices they switch, and bad input of every adsim command."""
+"""Recipes as data (adsim.config.recipes), the choices they switch, and bad input of every adsim command."""
 import dataclasses
 import json
 import math

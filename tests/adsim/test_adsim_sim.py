@@ -28,7 +28,7 @@ def test_table4_is_a_gram_matrix_and_projection_of_a_non_psd_one():
 
 def test_simulated_similarities_reproduce_table4():
     # Without patch noise and lesions the image feature is g itself, whose mean pairwise cosines have
-    # expectation exactly Table 4 (construction in adsim.sim). Tolerance: 4 standard errors of the mean
+    # expectation exactly Table 4 (construction in adsim.data.sim). Tolerance: 4 standard errors of the mean
     # over seeds, computed from the seeds' spread (plus 1e-3 so an accidentally tiny spread cannot fail).
     p = sim.SimParams(n_train=60, n_test=60, patch_cos=1.0, anomaly_shift=0.0, n_layers=1, grid=2)
     mats = []

@@ -33,7 +33,7 @@ What this file computes (``B`` images, ``N = grid**2`` patches, ``L`` = 4 featur
 * **Glocal loss** (Sec. 3, glocal context optimization; their ``train.py:82-104``): ``L_global`` =
   cross-entropy of the two-way softmax of the image embedding against the image label (= BCE on
   ``z_img``); ``L_local`` = sum over the layers of Focal(softmax map, mask) + Dice(anomalous map, mask)
-  + Dice(normal map, 1 - mask), on maps bilinearly upsampled to the mask size (``adsim.losses``: the
+  + Dice(normal map, 1 - mask), on maps bilinearly upsampled to the mask size (``adsim.model.losses``: the
   two-way softmax focal loss is the sigmoid focal loss of ``z``). Weights ``beta_bce``, ``beta_focal``,
   ``beta_dice`` of the recipe (``anomalyclip``: 1, 4, 4 -- AnomalyCLIP multiplies the local loss by
   ``lam = 4``, ``train.py:50, :102``). Classification-only domains: no pixel loss
@@ -59,10 +59,11 @@ import torch
 from open_clip.transformer import text_global_pool
 from torch import nn
 
-from adsim.methods.baselines.common import check_images, log_odds, pooled, project, run_blocks, upsample
+from adsim.methods.baselines.common import check_images, log_odds, pooled, project
 from adsim.methods.registry import Method, Output, Trainer, register_trained, register_trainer
 from adsim.model import losses
-from poolsim import _core
+from adsim.model.backbone import run_blocks, upsample_patches
+from poolsim import core
 
 N_CTX = 12           # learnable tokens per prompt (AnomalyCLIP's prompt length)
 DEPTH, T_CTX = 9, 4  # deep text prompts: layers 1 .. DEPTH - 1, T_CTX positions each
@@ -119,7 +120,7 @@ def text_features(backbone, learner: PromptLearner) -> torch.Tensor:
         x = model.text_projection(x)
     elif model.text_projection is not None:
         x = x @ model.text_projection
-    return _core.normalize(x.float())
+    return core.normalize(x.float())
 
 
 def vv_attention(block, h: torch.Tensor) -> torch.Tensor:
@@ -179,8 +180,7 @@ def glocal_loss(cfg, learner, out: dict, batch: dict) -> tuple:
     z_maps = out["z_maps"]
     n_layers, b, n = z_maps.shape
     grid, size = int(round(n ** 0.5)), masks.shape[-1]
-    z = nn.functional.interpolate(z_maps.reshape(-1, 1, grid, grid), size=(size, size), mode="bilinear",
-                                  align_corners=False)[:, 0]  # (L * B, S, S)
+    z = upsample_patches(z_maps, grid, size).flatten(0, 1)  # (L * B, S, S)
     masks_l, valid_l = masks.repeat(n_layers, 1, 1), has_mask.repeat(n_layers)
     parts = {"bce": losses.bce_loss(out["z_img"], labels),
              "focal": n_layers * losses.focal_loss(z, masks_l, valid_l),
@@ -210,7 +210,7 @@ class AnomalyCLIP(Method):
         the patch log-odds, upsampled (B, S, S); ``patches`` = the L layers' unit patch features."""
         img, patches = visual_features(self.backbone, images, dpam=self.dpam)
         z_maps = torch.stack([log_odds(p, self.text) for p in patches]).mean(0)
-        return Output(log_odds(img, self.text).float(), upsample(z_maps, self.grid, self.image_size).float(),
+        return Output(log_odds(img, self.text).float(), upsample_patches(z_maps, self.grid, self.image_size).float(),
                       tuple(patches))
 
 

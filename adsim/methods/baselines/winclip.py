@@ -44,8 +44,9 @@ import math
 
 import torch
 
-from adsim.methods.baselines.common import TEMPERATURE, check_images, log_odds, pooled, run_blocks, upsample
+from adsim.methods.baselines.common import TEMPERATURE, check_images, log_odds, pooled
 from adsim.methods.registry import Method, Output, register_zero_shot
+from adsim.model.backbone import run_blocks, upsample_patches
 from adsim.model.head import text_embeddings
 
 NORMAL_STATES = ("{}", "flawless {}", "perfect {}", "unblemished {}", "{} without flaw", "{} without defect",
@@ -151,7 +152,7 @@ class WinCLIP(Method):
         else:
             f = torch.nn.functional.logsigmoid
             scores = torch.logaddexp(f(z_img), f(fused.amax(dim=1))) - math.log(2.0)
-        return Output(scores.float(), upsample(fused, self.grid, self.image_size).float(), (patches,))
+        return Output(scores.float(), upsample_patches(fused, self.grid, self.image_size).float(), (patches,))
 
 
 def build(backbone, **options) -> WinCLIP:

@@ -1,0 +1,131 @@
+"""The code's shape, checked: one-way imports (import-linter), pyflakes-clean (ruff), ``__all__`` in
+every package, no private name imported across modules, and a CLI that answers ``--help`` without
+loading torch. Each check runs the real tool on the source tree; each has a case showing it can fail."""
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("poolsim", "adsim")
+
+
+def _run(*args, cwd=ROOT):
+    return subprocess.run([*args], capture_output=True, text=True, cwd=cwd)
+
+
+def _tool(name):
+    path = shutil.which(name) or str(Path(sys.executable).with_name(name))
+    if not Path(path).exists():
+        pytest.skip(f"{name} is not installed (the test extra installs it)")
+    return path
+
+
+def test_import_contracts_are_kept():
+    """The layers contracts of ``pyproject.toml`` ([tool.importlinter]) hold for both packages."""
+    out = _run(_tool("lint-imports"), "--no-cache")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "broken" in out.stdout and " 0 broken" in out.stdout
+
+
+def test_import_contract_catches_a_back_import(tmp_path):
+    """A copy of the tree with one upward import (model -> training) breaks the adsim contract."""
+    for pkg in PACKAGES:
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    losses = tmp_path / "adsim" / "model" / "losses.py"
+    losses.write_text(losses.read_text() + "\nfrom adsim.training import train as _back_edge  # noqa: E402,F401\n")
+    out = subprocess.run([_tool("lint-imports"), "--no-cache"], capture_output=True, text=True, cwd=tmp_path,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": ""})
+    assert out.returncode != 0 and "adsim.model.losses -> adsim.training" in out.stdout, out.stdout
+
+
+def test_ruff_pyflakes_clean():
+    out = _run(_tool("ruff"), "check", "--no-cache", *PACKAGES, "tests", "benchmarks")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _modules(pkg):
+    return sorted((ROOT / pkg).rglob("*.py"))
+
+
+def test_every_package_declares_all():
+    inits = [p for pkg in PACKAGES for p in _modules(pkg) if p.name == "__init__.py"]
+    assert len(inits) >= 12
+    for init in inits:
+        text = init.read_text()
+        assert "__all__" in text, f"{init.relative_to(ROOT)} has no __all__"
+
+
+def _private_imports(path: Path) -> list:
+    """``from adsim.X import _name``, ``from poolsim import _core`` or ``from adsim._x import ...``: a
+    private name or module used outside the module that owns it."""
+    bad, name = [], path.name
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.split(".")[0] in PACKAGES:
+            bad += [f"{name}: from {node.module} import {a.name}" for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")]
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES \
+                and any(part.startswith("_") and part != "__main__" for part in node.module.split(".")[1:]):
+            bad.append(f"{name}: from {node.module} import ...")
+    return bad
+
+
+def test_no_private_name_crosses_a_module():
+    """adsim uses poolsim's public names only, and no adsim module imports another's private name (the
+    package ``__init__`` importing its own ``_legacy`` helper is the one exception)."""
+    bad = [b for p in _modules("adsim") for b in _private_imports(p) if b != "__init__.py: from adsim import _legacy"]
+    assert bad == []
+
+
+def test_private_import_check_can_fail(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("from adsim.model.head import _secret, features\nfrom adsim._legacy import MOVED\n"
+                     "from adsim.model import head\n")
+    assert _private_imports(probe) == ["probe.py: from adsim.model.head import _secret",
+                                       "probe.py: from adsim._legacy import ..."]
+
+
+def _help_seconds(args):
+    code = ("import sys, time, runpy; t = time.perf_counter()\n"
+            "sys.argv = ['adsim', *" + repr(list(args)) + "]\n"
+            "try:\n    runpy.run_module('adsim', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print('SECONDS', time.perf_counter() - t, file=sys.stderr)\n"
+            "print('TORCH', 'torch' in sys.modules, file=sys.stderr)\n")
+    out = _run(sys.executable, "-c", code)
+    lines = dict(line.split(" ", 1) for line in out.stderr.splitlines() if line.startswith(("SECONDS", "TORCH")))
+    assert "usage:" in out.stdout, out.stdout + out.stderr
+    return float(lines["SECONDS"]), lines["TORCH"] == "True"
+
+
+@pytest.mark.parametrize("command", ["make-toy-bmad", "train", "eval", "predict", "table", "protocol", "sweep",
+                                     "figures"])
+def test_cli_help_answers_without_loading_torch(command):
+    """``python -m adsim COMMAND --help`` imports neither torch nor poolsim's JAX code; the time is the
+    import and parser cost alone (a few ms; the 1 s bound leaves room for a loaded CI machine)."""
+    seconds, torch_loaded = _help_seconds([command, "--help"])
+    assert not torch_loaded
+    assert seconds < 1.0
+
+
+def test_import_adsim_is_lazy():
+    out = _run(sys.executable, "-c", "import sys, adsim; print('torch' in sys.modules, 'jax' in sys.modules)")
+    assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr
+    out = _run(sys.executable, "-c", "import sys, adsim; adsim.Detector; print('torch' in sys.modules)")
+    assert out.stdout.split() == ["True"], out.stdout + out.stderr  # the probe can see torch being loaded
+
+
+def test_legacy_paths_forward_with_a_deprecation_warning():
+    code = ("import warnings\nwarnings.simplefilter('error', DeprecationWarning)\n"
+            "try:\n    import adsim.train\nexcept DeprecationWarning as w:\n    print('WARNED', w)\n"
+            "warnings.simplefilter('ignore', DeprecationWarning)\nimport importlib, sys\nsys.modules.pop('adsim.train', None)\n"
+            "m = importlib.import_module('adsim.train')\n"
+            "from adsim.config.run import TrainConfig\nfrom adsim.model.head import make_head\n"
+            "print(m.TrainConfig is TrainConfig, m.make_head is make_head)\n")
+    out = _run(sys.executable, "-c", code)
+    assert "WARNED adsim.train moved to adsim.training.train" in out.stdout, out.stdout + out.stderr
+    assert out.stdout.strip().endswith("True True"), out.stdout + out.stderr
