@@ -66,7 +66,7 @@ def simulated(params: sim.SimParams, seed: int) -> Source:
         gen = torch.Generator().manual_seed(shuffle_seed)
         return _split_batches(pooled, batch_size, torch.randperm(len(pooled.labels), generator=gen))
 
-    return Source("simulated", domains, MASKED, sim, p.grid, p.grid, p.width, p.embed_dim, p.n_layers,
+    return Source("simulated", domains, MASKED, similarity, p.grid, p.grid, p.width, p.embed_dim, p.n_layers,
                   data.text, features_from_tokens, train_batches,
                   lambda d, bs: _split_batches(data.test[d], bs), 0.0)
 
