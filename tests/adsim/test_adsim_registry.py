@@ -19,6 +19,7 @@ from adsim.inference.detector import Detector
 from adsim.methods import catalog, registry
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 
 
 class _Contrast(methods.Method):
