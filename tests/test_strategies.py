@@ -304,3 +304,16 @@ def test_match_stops_at_the_first_step_below_tol(backend, level):
     step2 = abs(float(_host(res.centroid)[0]) - float(_host(first.centroid)[0]))
     assert tol <= step1 < 100 * tol and step2 < tol
     np.testing.assert_allclose(_host(res.centroid), [0.9 / 900], rtol=1e-12)
+
+
+def test_subsample_indices_are_int64_on_numpy_and_torch():
+    """``subsample``'s ``domains`` and ``indices`` come back in the input's library with that library's
+    index dtype, int64 (NumPy's ``intp``, torch's ``long``; the JAX draw itself is int32), so they
+    index the caller's arrays without a cast; the same values as the JAX draw."""
+    X = np.arange(5 * 3 * 2, dtype=float).reshape(5, 3, 2)
+    jres = poolsim.subsample(7, jnp.asarray(X), 3, 4)
+    for name, conv in (("numpy", np.asarray), ("torch", torch.tensor)):
+        res = poolsim.subsample(7, conv(X), 3, 4)
+        for got, want in ((res.domains, jres.domains), (res.indices, jres.indices)):
+            assert str(got.dtype) in ("int64", "torch.int64"), (name, got.dtype)
+            assert np.array_equal(np.asarray(got), np.asarray(want))
