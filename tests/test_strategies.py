@@ -304,3 +304,37 @@ def test_match_stops_at_the_first_step_below_tol(backend, level):
     step2 = abs(float(_host(res.centroid)[0]) - float(_host(first.centroid)[0]))
     assert tol <= step1 < 100 * tol and step2 < tol
     np.testing.assert_allclose(_host(res.centroid), [0.9 / 900], rtol=1e-12)
+
+
+def test_subsample_indices_are_int64_on_numpy_and_torch():
+    """``subsample``'s ``domains`` and ``indices`` come back in the input's library with that library's
+    index dtype, int64 (NumPy's ``intp``, torch's ``long``; the JAX draw itself is int32), so they
+    index the caller's arrays without a cast; the same values as the JAX draw."""
+    X = np.arange(5 * 3 * 2, dtype=float).reshape(5, 3, 2)
+    jres = poolsim.subsample(7, jnp.asarray(X), 3, 4)
+    for name, conv in (("numpy", np.asarray), ("torch", torch.tensor)):
+        res = poolsim.subsample(7, conv(X), 3, 4)
+        for got, want in ((res.domains, jres.domains), (res.indices, jres.indices)):
+            assert str(got.dtype) in ("int64", "torch.int64"), (name, got.dtype)
+            assert np.array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_empty_axis_message_names_the_axis(axis):
+    shape = [2, 3, 4]
+    shape[axis] = 0
+    name = "KNd"[axis]
+    with pytest.raises(ValueError, match=rf"X has {name} = 0 \(shape \({shape[0]}, {shape[1]}, {shape[2]}\)\)"):
+        poolsim.naive_pool(np.zeros(shape))
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_integer_X_is_pooled_in_the_library_default_float(backend):
+    """An integer ``X`` is converted to its library's default float (NumPy float64, torch float32,
+    JAX float64 under x64, as ``xp.asarray(0.0)``) before any arithmetic: the mean of 1 and 2 is 1.5
+    (``naive_pool`` and ``match``; torch's ``astype(x, None)`` would keep int32)."""
+    X = BACKENDS[backend](np.array([[[1], [2]]], dtype=np.int32))
+    want = {"numpy": "float64", "jax": "float64", "torch": "float32"}[backend]
+    for pooled in (poolsim.naive_pool(X).mean, poolsim.match(X, 10.0).centroid):  # one domain: its mean
+        assert str(pooled.dtype).removeprefix("torch.") == want
+        assert float(pooled[0]) == 1.5

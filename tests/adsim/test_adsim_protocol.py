@@ -51,7 +51,18 @@ def test_quick_protocol_csvs_are_well_formed(quick_run):
     # cumulative: the last step trains on the same pooled set for every order -> the same model
     last = proto[proto["step"] == 5].groupby(["target", "task", "method"])["auc"].nunique()
     assert (last == 1).all()
-    assert len(pd.read_csv(out / "variance.csv")) > 0
+    # da.csv: one row per protocol curve (target, task, method, order), each over its 5 steps, DA
+    # within Eq. 15's range: 4 terms, each 0 or 1 + (AUC gain <= 100) / 10 * s_i with sum s_i = 1
+    assert list(da.columns) == [*KEYS, "data", "steps", "da"] and set(da["data"]) == {"simulated"}
+    curves = {tuple(k) for k in proto[KEYS].drop_duplicates().itertuples(index=False)}
+    assert {tuple(k) for k in da[KEYS].itertuples(index=False)} == curves and len(da) == len(curves) == 18
+    assert (da["steps"] == 5).all() and da["da"].between(0.0, 4.0 + 10.0).all()
+    var = pd.read_csv(out / "variance.csv")
+    assert list(var.columns) == ["target", "method", "order", "mode", "seed", "channel", "class_before",
+                                 "modality_before", "class_after", "modality_after", "data"]
+    # per-channel variances (means of squares, population variances): finite and >= 0
+    vals = var[["class_before", "modality_before", "class_after", "modality_after"]].to_numpy()
+    assert len(var) > 0 and np.isfinite(vals).all() and (vals >= 0).all()
 
 
 def test_da_equals_eq15_on_the_auc_rows(quick_run):
@@ -129,6 +140,7 @@ def test_real_path_on_toy_bmad(toy_root, tmp_path, capsys):
     assert set(pd.read_csv(out / "similarity.csv")["domain_a"]) == {"Brain", "Liver", "Chest"}
     # DA with two steps: da_score's generalised weights (s = (1,)), recomputed here
     da = pd.read_csv(out / "da.csv")
+    assert len(da) == len(proto) // 2  # one DA row per two-step curve
     for _, row in da.iterrows():
         y = proto[(proto[KEYS] == row[KEYS]).all(axis=1)].sort_values("step")["auc"].to_numpy()
         assert row["da"] == pytest.approx((1 + (y[1] - y[0]) / 10) if y[1] >= y[0] else 0.0)
