@@ -1,6 +1,6 @@
 """Accuracy of adsim's matching numerics against a high-precision oracle (``mpmath``, 50 digits).
 
-* The Triton gate kernels (``adsim._gate_triton``, run under Triton's interpreter in one child
+* The Triton gate kernels (``adsim.model.gate_triton``, run under Triton's interpreter in one child
   process, ``_triton_interpret.py``): the chords kernel's slerp, whose angle comes from a polynomial
   ``atan``, against the exact slerp for angles from ``1e-8`` to ``pi - 1e-6`` and several ``alpha``;
   the fixed-radius geodesic gate of both kernels (chords: ``y cos(tau/2) < x sin(tau/2)``; dots:
@@ -33,8 +33,8 @@ from poolsim.testing import examples, finite_floats
 
 pytest.importorskip("triton")
 
-from adsim import _gate_triton  # noqa: E402
-from adsim.matching import match  # noqa: E402
+from adsim.model import gate_triton  # noqa: E402
+from adsim.model.matching import match  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 U = 2.0 ** -24  # float32 unit roundoff
@@ -66,7 +66,7 @@ def _angle(a, b):
 def _kernel_atan_source():
     """The reduction threshold and the five Horner coefficients of the chords kernel's ``atan``, read
     from its source (so this test checks the kernel's numbers, not a copy)."""
-    src = Path(_gate_triton.__file__).read_text()
+    src = Path(gate_triton.__file__).read_text()
     big = re.search(r"big = z > ([0-9.]+)", src)
     q = re.search(r"q = \(\(\((-?[0-9.]+) \* w2 \+ ([0-9.]+)\) \* w2 - ([0-9.]+)\) \* w2\s*"
                   r"\+ ([0-9.]+)\) \* w2 - ([0-9.]+)", src)
@@ -208,7 +208,7 @@ def interpreted(tmp_path_factory):
     if proc.returncode:
         raise AssertionError(f"interpreter child failed:\n{proc.stderr[-3000:]}")
     out = torch.load(tmp / "out.pt")
-    return {name: _gate_triton.Decisions(*o["decisions"]) for name, o in zip(CASES, out)}
+    return {name: gate_triton.Decisions(*o["decisions"]) for name, o in zip(CASES, out)}
 
 
 @pytest.mark.parametrize("alpha", SLERP_ALPHAS)
