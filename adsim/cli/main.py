@@ -43,8 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--train-splits", nargs="+", default=None)
     tr.add_argument("--backbone", default="ViT-L-14-336", help=f"one of {tuple(BACKBONES)}")
     tr.add_argument("--checkpoint", default=None,
-                    help="local weights: an open_clip state dict or OpenAI's TorchScript file, e.g. "
-                         "ViT-L-14-336px.pt (none: random, warned)")
+                    help="local weights: an open_clip state dict or .safetensors file (read without running "
+                         "code), or OpenAI's TorchScript file, e.g. ViT-L-14-336px.pt -- TorchScript is loaded "
+                         "with torch.jit.load, which is only as safe as the file: use it only from a source you "
+                         "trust (none: random weights, warned)")
     tr.add_argument("--image-size", type=int, default=None)
     tr.add_argument("--no-quick-gelu", dest="quick_gelu", action="store_false")
     tr.add_argument("--no-clip-norm", dest="clip_norm", action="store_const", const=False, default=None,
@@ -119,6 +121,10 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--normals", nargs="+", default=None, help="with --shots: normal images/folders of the target")
     pr.add_argument("--shot-seed", type=int, default=0, help="seed of the draw of the --shots images")
     pr.add_argument("--no-progress", dest="progress", action="store_false")
+
+    cv = sub.add_parser("convert-run", help="rewrite a run folder of an earlier adsim version whose checkpoints "
+                        "hold NumPy values, so that they load without running code (only for a run you trust)")
+    cv.add_argument("run", help="the run folder")
     protocol_cli.add_parsers(sub)
     _table_parser(sub)
     return p
@@ -219,6 +225,26 @@ def _predict(args) -> str:
             + (f", overlays in {out / 'overlays'}" if args.overlays else ""))
 
 
+def _convert_run(run) -> str:
+    """``convert-run``: every ``checkpoint_*.pt`` of ``run`` made loadable without running code
+    (``adsim.runtime.io.convert_checkpoint``)."""
+    from adsim.runtime.io import convert_checkpoint
+
+    files = sorted(Path(run).glob("checkpoint_*.pt"))
+    if not Path(run, "config.json").is_file() or not files:
+        raise ValueError(f"{run} is not a run folder (no config.json and checkpoint_*.pt)")
+    return "\n".join(convert_checkpoint(f) for f in files)
+
+
+def _out_of_memory(err: RuntimeError) -> bool:
+    """CUDA's OutOfMemoryError, or the CPU allocator's failure message."""
+    import torch
+
+    text = str(err)
+    return isinstance(err, torch.OutOfMemoryError) or "can't allocate memory" in text \
+        or "not enough memory" in text
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     # torch and the command's code load here, after parsing (``--help`` never gets this far)
@@ -237,6 +263,8 @@ def main(argv=None) -> int:
             print(f"wrote SIMULATED toy BMAD to {root}")
         elif args.command == "predict":
             print(_predict(args))
+        elif args.command == "convert-run":
+            print(_convert_run(args.run))
         elif args.command in ("protocol", "sweep", "figures"):
             print(protocol_cli.main(args))
         elif args.command == "table":
@@ -280,6 +308,10 @@ def main(argv=None) -> int:
         print(f"error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
         return 2
     except RuntimeError as err:
+        if _out_of_memory(err):
+            print(f"error: out of memory ({str(err).strip().splitlines()[0][:160]}): lower --batch-size "
+                  f"or --image-size", file=sys.stderr)
+            return 2
         w = distributed.world()
         if w.size == 1:
             raise

@@ -223,9 +223,18 @@ def as_dict(r: Recipe) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(r).items()}
 
 
+MAX_SET_CHARS = 200  # the longest --set value: a recipe field is a number, a word or a short tuple of them
+
+
+def _scalar(v) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
 def parse_sets(pairs) -> dict:
     """``["lambda_intra=0.5", "gate_unit=patch"]`` (``--set``) -> ``{field: value}``; values parsed as
-    Python literals where possible, else kept as strings."""
+    Python literals (``ast.literal_eval``, which evaluates no code) where possible, else kept as strings.
+    A value is at most :data:`MAX_SET_CHARS` characters and must be a number, a string, ``True``/``False``/
+    ``None`` or a flat tuple/list of those; anything else -> ``ValueError`` naming the field."""
     out = {}
     for pair in pairs or []:
         name, sep, value = pair.partition("=")
@@ -233,10 +242,18 @@ def parse_sets(pairs) -> dict:
             raise ValueError(f"--set expects FIELD=VALUE, got {pair!r}")
         if name not in FIELDS or name == "name":
             raise ValueError(f"unknown recipe field {name!r}; fields: {tuple(f for f in FIELDS if f != 'name')}")
+        if len(value) > MAX_SET_CHARS:
+            raise ValueError(f"--set {name}: value longer than {MAX_SET_CHARS} characters")
         try:
-            out[name] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[name] = value
+            parsed = ast.literal_eval(value)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            parsed = value
+        if isinstance(parsed, list):
+            parsed = tuple(parsed)
+        if not (_scalar(parsed) or (isinstance(parsed, tuple) and all(_scalar(v) for v in parsed))):
+            raise ValueError(f"--set {name}: a value must be a number, a string, True/False/None or a flat "
+                             f"tuple of those, got {type(parsed).__name__}")
+        out[name] = parsed
     return out
 
 

@@ -26,6 +26,9 @@ import torch
 from adsim.config.choices import BACKBONES, TINY
 
 _CONFIG_DIR = Path(__file__).with_name("model_configs")
+# The largest patch grid accepted: attention memory grows with the fourth power of the side, and 64 x 64
+# patches (896 px for ViT-L-14) is already ~13x the 238 px default of ViT-L-14-336 in tokens.
+MAX_GRID = 64
 
 
 class RandomWeightsWarning(UserWarning):
@@ -74,7 +77,7 @@ def build_backbone(name: str = "ViT-L-14-336", *, image_size: int | None = None,
     ``quick_gelu`` is on by default because the OpenAI weights were trained with QuickGELU.
     ``seed`` fixes the random initialisation (so a run with random weights is rebuilt identically at
     evaluation time). Raises ``ValueError`` for an unknown name, an image size that is not a positive
-    multiple of the patch size, a missing checkpoint file or a checkpoint of another architecture.
+    multiple of the patch size (or above :data:`MAX_GRID` patches per side), a missing checkpoint file or a checkpoint of another architecture.
     """
     if name not in BACKBONES:
         raise ValueError(f"backbone must be one of {tuple(BACKBONES)}, got {name!r}")
@@ -82,9 +85,10 @@ def build_backbone(name: str = "ViT-L-14-336", *, image_size: int | None = None,
     cfg_name, default_size = BACKBONES[name]
     size = default_size if image_size is None else image_size
     patch = open_clip.get_model_config(cfg_name)["vision_cfg"]["patch_size"]
-    if not isinstance(size, int) or size <= 0 or size % patch:
-        raise ValueError(f"image_size must be a positive multiple of the patch size {patch} of {name}, "
-                         f"got {size!r}")
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0 or size % patch \
+            or size > MAX_GRID * patch:
+        raise ValueError(f"image_size must be a positive multiple of the patch size {patch} of {name} and at "
+                         f"most {MAX_GRID * patch} ({MAX_GRID} patches per side), got {size!r}")
     if checkpoint is not None and not os.path.isfile(checkpoint):
         # checked here so that open_clip never treats the string as a tag to download
         raise ValueError(f"checkpoint file not found: {checkpoint!r}")

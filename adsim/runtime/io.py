@@ -1,12 +1,23 @@
 """Run-folder files: JSON and torch checkpoints written atomically (``poolsim.atomic_write``), read back
-with one-line errors, and the writability check every command makes before it starts work."""
+with one-line errors, and the writability check every command makes before it starts work.
+
+Checkpoints are read with torch's weights-only unpickler: tensors, numbers, strings, ``None`` and plain
+containers, nothing else -- a checkpoint whose unpickling would call any other Python object (the way a
+pickle runs code) is refused before anything in it runs (:class:`UnsafeCheckpointError`). Checkpoints
+are written so that they satisfy it (:func:`plain`). Run folders of earlier versions that hold NumPy
+scalars or arrays are converted by :func:`convert_checkpoint` (``python -m adsim convert-run RUN``),
+which allows NumPy's array and scalar constructors and nothing else.
+"""
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import pickle
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from poolsim import atomic_write
@@ -28,20 +39,102 @@ def read_json(path) -> dict:
     return obj
 
 
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint holds Python objects besides tensors, numbers, strings and plain containers."""
+
+
+# What torch's weights-only unpickler must additionally allow to read NumPy scalars and arrays, which
+# earlier adsim versions could leave in a checkpoint's history; :func:`convert_checkpoint` only.
+NUMPY_GLOBALS = ("numpy.ndarray", "numpy.dtype", "numpy._core.multiarray._reconstruct",
+                 "numpy._core.multiarray.scalar", "numpy.core.multiarray._reconstruct",
+                 "numpy.core.multiarray.scalar")
+
+
+def plain(obj, where: str = "checkpoint"):
+    """``obj`` with NumPy scalars as Python numbers and NumPy arrays as tensors; ``TypeError`` naming
+    the entry for anything that is not a tensor, number, string, ``None`` or a dict/list/tuple of them."""
+    if isinstance(obj, (torch.Tensor, str, bool, int, float, type(None))):
+        return obj
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, dict):
+        return {k: plain(v, f"{where}[{k!r}]") for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(plain(v, f"{where}[{i}]") for i, v in enumerate(obj))
+    raise TypeError(f"{where} is a {type(obj).__module__}.{type(obj).__qualname__}: a checkpoint holds only "
+                    f"tensors, numbers, strings, None and dicts/lists/tuples of them")
+
+
 def save_torch(path, obj) -> Path:
+    """Write ``obj`` (made :func:`plain`) with ``torch.save``, atomically."""
+    obj = plain(obj, str(path))
     return atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
-def load_torch(path, *, map_location=None) -> dict:
-    """A checkpoint dict written by :func:`save_torch`; an unreadable file -> ``ValueError`` naming it."""
+def _unsafe_globals(path) -> list:
     try:
-        obj = torch.load(path, map_location=map_location, weights_only=False)
-    except Exception as err:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for a bad file
+        return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+    except Exception:  # noqa: BLE001 -- not a zip checkpoint: the load itself reports what is wrong
+        return []
+
+
+def _read(path, map_location, allowed=()):
+    try:
+        if allowed:
+            with torch.serialization.safe_globals(list(allowed)):
+                return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "Weights only load failed" not in str(err):
+            raise ValueError(f"checkpoint {path} is corrupt or not a torch file (UnpicklingError: "
+                             f"{str(err).splitlines()[0] if str(err) else ''})") from None
+        found = _unsafe_globals(path) or ["a Python object"]
+        raise UnsafeCheckpointError(
+            f"checkpoint {path} holds {', '.join(found)} besides tensors, numbers, strings and plain "
+            f"containers: refused, nothing in it was run (a run folder of an earlier adsim version that you "
+            f"trust: python -m adsim convert-run RUN)") from None
+    except Exception as err:  # torch raises RuntimeError, EOFError, ... for a bad file
         raise ValueError(f"checkpoint {path} is corrupt or not a torch file ({type(err).__name__}: "
                          f"{str(err).splitlines()[0] if str(err) else ''})") from None
+
+
+def load_torch(path, *, map_location=None) -> dict:
+    """A checkpoint dict written by :func:`save_torch`, read with torch's weights-only unpickler.
+    An unreadable file -> ``ValueError`` naming it; one holding any other Python object ->
+    :class:`UnsafeCheckpointError` naming what it holds (nothing in it is run)."""
+    obj = _read(path, map_location)
     if not isinstance(obj, dict):
         raise ValueError(f"checkpoint {path} is corrupt (expected a dict, got {type(obj).__name__})")
     return obj
+
+
+def convert_checkpoint(path) -> str:
+    """Rewrite ``path`` in place (atomically) so that :func:`load_torch` reads it: NumPy scalars and
+    arrays become Python numbers and tensors. Only NumPy's constructors are allowed while reading, so a
+    checkpoint holding anything else is refused (:class:`UnsafeCheckpointError`) and left as it is.
+    Returns what was done, in words."""
+    try:
+        load_torch(path)
+        return f"{path}: already plain, unchanged"
+    except UnsafeCheckpointError:
+        pass
+    found = _unsafe_globals(path)
+    other = [g for g in found if g not in NUMPY_GLOBALS and not g.startswith("numpy.dtypes.")]
+    if other:
+        raise UnsafeCheckpointError(f"checkpoint {path} holds {', '.join(other)}: not a NumPy value, not "
+                                    f"converted -- do not load this file")
+    allowed = []
+    for name in found:
+        module, _, attr = name.rpartition(".")
+        try:
+            allowed.append(getattr(importlib.import_module(module), attr))
+        except (ImportError, AttributeError):
+            continue  # the other spelling of NumPy's private module path
+    obj = _read(path, "cpu", allowed)
+    save_torch(path, obj)
+    return f"{path}: converted ({', '.join(found)} -> plain numbers and tensors)"
 
 
 def check_writable(folder, what: str = "--out") -> Path:

@@ -12,22 +12,22 @@ import sys
 
 import torch
 
-from adsim.model import gate_triton as _gate_triton
+from adsim.model import gate_triton
 from adsim.model.matching import match_sequential
 
 
 def main(cases_path: str, out_path: str) -> None:
-    if not _gate_triton.interpreted():
+    if not gate_triton.interpreted():
         raise SystemExit("set TRITON_INTERPRET=1 before starting this script")
     raw = []
-    gate = _gate_triton.gate_decisions
-    kernel = _gate_triton.DEFAULT_KERNEL
+    gate = gate_triton.gate_decisions
+    kernel = gate_triton.DEFAULT_KERNEL
 
     def recorded(*args, **kw):  # match_sequential looks the function up on the module at call time
         raw.append(gate(*args, kernel=kernel, **kw))
         return raw[-1]
 
-    _gate_triton.gate_decisions = recorded
+    gate_triton.gate_decisions = recorded
     out = []
     for case in torch.load(cases_path):
         kernel = case["kernel"]

@@ -10,7 +10,6 @@ from adsim.config import recipes
 from adsim.config.run import config_from_recipe
 from adsim.data import reference
 from adsim.experiments import table
-from adsim.training.train import train
 
 pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 GRID = dict(methods=["naive", "match"], targets=["Brain", "Chest"], shots=[0, 2], backbone="tiny", epochs=1,
@@ -123,7 +122,7 @@ def test_an_interrupted_training_resumes_from_its_checkpoint(toy_root, tmp_path,
     run = out / "runs" / "Chest" / "naive"
     cfg = config_from_recipe(recipes.override(recipes.get("clean"), method="naive", epochs=1), data=str(toy_root),
                                    target="Chest", out=str(run), backbone="tiny", seed=0)
-    train(cfg, progress=False)  # epoch 1 of 2 done, then "killed": no trained.json
+    table.train(cfg, progress=False)  # epoch 1 of 2 done, then "killed": no trained.json (counted)
     assert not (run / "trained.json").exists()
     table.run(out, toy_root, methods=["naive"], targets=["Chest"], shots=[0], backbone="tiny", epochs=2, progress=False)
     history = json.loads((run / "history.json").read_text())["history"]
