@@ -608,7 +608,6 @@ def _mesh(ndev: int):
     return jax.sharding.Mesh(np.array(jax.local_devices()[:ndev]), ("seeds",))
 
 
-@functools.lru_cache(maxsize=64)
 def _compiled(spec: Spec, dtype_name: str, ndev: int = 1) -> tuple[Callable, Callable]:
     """The engine's two jitted programs per (spec, dtype, devices), :func:`_draw_batch` and
     :func:`_batch` (``est(draw(seeds))``): the compile-count test checks each traces once.
@@ -618,6 +617,11 @@ def _compiled(spec: Spec, dtype_name: str, ndev: int = 1) -> tuple[Callable, Cal
     counts), so the programs contain no cross-device collective -- seeds are independent. The
     materialised path's sample medians then use the pure-XLA :func:`prefix_medians` (see
     :func:`_grouped_medians`)."""
+    return _compiled_cached(spec, dtype_name, ndev)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_cached(spec: Spec, dtype_name: str, ndev: int) -> tuple[Callable, Callable]:
     dtype = jnp.dtype(dtype_name)
     fns = (functools.partial(_draw_batch, spec, dtype),
            functools.partial(_batch, spec, dtype, host_medians=ndev == 1))
