@@ -84,12 +84,13 @@ def test_sharded_run_equals_unsharded_at_paper_defaults():
                          cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    # Discrete outputs, draws and inclusions identical; estimates equal up to float32 rounding
-    # (each device's program has another batch shape, and XLA fuses reductions per shape:
-    # 6e-8, half an ulp of values near 1, seen).
-    for f in ("n_domains", "converged", "n_iter", "included", "means", "xbar"):
+    # Discrete outputs and inclusions identical; domain means, sample means and estimates equal up
+    # to float32 rounding (each device's program has another batch shape, and XLA fuses
+    # element-wise and reduction code per shape: differences of 1 ulp, <= 2.4e-7 here, seen).
+    for f in ("n_domains", "converged", "n_iter", "included"):
         assert got[f][0], f
-    assert got["estimates"][1] <= 1e-6
+    for f in ("estimates", "means", "xbar"):
+        assert got[f][1] <= 1e-6, (f, got[f])
     # The 4-device on-device summary against the one-device frame: 1,000 seeds; mean and variance
     # of eps (values ~0.1-2, float32 in the child: x64 is off there) to float32 rounding.
     assert got["summary_n"] == 1000
