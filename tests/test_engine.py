@@ -69,8 +69,8 @@ def test_sharded_run_equals_unsharded_at_paper_defaults():
         out = {f: [bool(np.array_equal(getattr(a, f), getattr(b, f))),
                    float(np.max(np.abs(getattr(a, f).astype(float) - getattr(b, f))))]
                for f in a._fields}
-        df = experiments.frame("domain_addition", b, dict(seeds=np.arange(1000), Ks=tuple(range(5, 31)),
-                                                          mu_star=0.0))
+        P = dict(seeds=np.arange(1000), Ks=tuple(range(5, 31)), mu_star=0.0)
+        df = experiments.frame("domain_addition", b, P)
         g = df.groupby(["K", "strategy"], sort=False).eps
         want = sa[sa.quantity.isin(["pool", "subsample", "match"])]
         out["summary_n"] = int(sa.n_seeds.iloc[0])
@@ -78,8 +78,8 @@ def test_sharded_run_equals_unsharded_at_paper_defaults():
         out["summary_var"] = float(np.max(np.abs(want["var"].values - g.var().values)))
         print(json.dumps(out))
     """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
-               PYTHONPATH=ROOT)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -387,7 +387,8 @@ def test_summary_under_min_seeds_has_no_difference_interval():
     summ = experiments.summarize("domain_addition", seeds=5, **SMALL)
     paired = summ.quantity.str.contains(" - ")
     assert summ[paired].ci_low.isna().all() and summ[paired].ci_high.isna().all()
-    assert summ[~paired].ci_low.notna().all() and (summ[~paired].ci_low < summ[~paired]["mean"]).all()
+    own = summ[~paired]
+    assert own.ci_low.notna().all() and (own.ci_low < own["mean"]).all()
 
 
 def test_moments_combine_equals_numpy_on_uneven_batches(rng):
