@@ -320,19 +320,22 @@ def host_prefix_medians(x: np.ndarray, n: int, Ks, block: int = 64, batch: int =
     return np.moveaxis(out.reshape(*lead, d, len(Ks)), -1, -2)
 
 
-def _grouped_medians(pts, n: int, Ks: tuple):
+def _grouped_medians(pts, n: int, Ks: tuple, host: bool = True):
     """Prefix medians ``(nK, d)`` of one seed's ``pts: (G n, d)`` in groups of ``n`` consecutive
-    rows (the samples of a domain): on a CPU backend through
+    rows (the samples of a domain): on a CPU backend with ``host`` through
     :func:`host_prefix_medians` (a ``pure_callback``, batched over the seeds by ``vmap``),
-    elsewhere with the pure-XLA :func:`prefix_medians`. Both pick the same order statistics."""
-    if jax.default_backend() != "cpu":
+    elsewhere with the pure-XLA :func:`prefix_medians`. Both pick the same order statistics.
+    ``host=False`` on several CPU devices: each device's program would call back into Python at
+    once, and those concurrent callbacks hang the CPU runtime (seen with 4 forced host devices
+    on 2 cores)."""
+    if not host or jax.default_backend() != "cpu":
         return prefix_medians(pts, jnp.arange(pts.shape[0]) // n, jnp.asarray(Ks, jnp.int32))
     out = jax.ShapeDtypeStruct((len(Ks), pts.shape[1]), pts.dtype)
     return jax.pure_callback(functools.partial(host_prefix_medians, n=n, Ks=Ks),
                              out, pts, vmap_method="expand_dims")
 
 
-def _one_seed(spec: Spec, dtype, key) -> SeedResult:
+def _one_seed(spec: Spec, dtype, key, host_medians: bool = True) -> SeedResult:
     """One seed: draws, the matching starts for every K, then a ``lax.scan`` over the K values
     (pooling, subsampling and matching on the first K domains). Vectorising the K axis instead
     (one vmapped ``while_loop`` for all K) was measured slower on CPU: the loop then runs over
@@ -341,7 +344,8 @@ def _one_seed(spec: Spec, dtype, key) -> SeedResult:
     mu_star = jnp.asarray(spec.mu_star, dtype)
     Ks = jnp.asarray(spec.Ks, jnp.int32)
     if spec.init == "median":
-        medians = _grouped_medians(samples.reshape(-1, spec.d), spec.n, spec.Ks) \
+        medians = _grouped_medians(samples.reshape(-1, spec.d), spec.n, spec.Ks,
+                                   host_medians) \
             if samples is not None else prefix_medians(xbar, jnp.arange(spec.K_max), Ks)
         # (K_max domain means: XLA's sort of ~30 rows beats a host round trip -- measured)
     else:
@@ -392,16 +396,19 @@ def _batched_match(x, mass, c0, spec: Spec, stages: tuple | None = None):
     vmapped loop (whose ``(S, K_max, d)`` sum over domains strides by d) and ~8x faster than a
     seed-minor ``(d, K_max, S)`` layout on XLA's CPU backend.
 
-    Stages, so that converged seeds stop costing work (``stages``, default ``_STAGES``: pairs
-    ``(trips, divisor)``): after ``trips`` batched trips, if at most ``S // divisor`` seeds are
-    still iterating, their rows are gathered into a batch of that many rows (padding rows marked
-    done), the next stage runs on it and the rows are scattered back; otherwise (``lax.cond``)
-    the current batch iterates to the end. After the last stage the loop runs to the end. Same
+    Stages, so that converged seeds stop costing work (``stages``: pairs ``(trips, divisor)``;
+    default ``_STAGES`` on a CPU backend, none on accelerators, where the seeds of a trip run in
+    parallel anyway and each ``lax.cond`` would read its predicate back to the host): after
+    ``trips`` batched trips, if at most ``S // divisor`` seeds are still iterating, their rows are
+    gathered into a batch of that many rows (padding rows marked done), the next stage runs on it
+    and the rows are scattered back; otherwise (``lax.cond``) the current batch iterates to the
+    end. After the last stage the loop runs to the end. Same
     operations and reduction axes per seed in every stage, so the same numbers (tested against
     the per-seed loop, including the all-converged-early and the fallback cases).
     """
     S = x.shape[0]
-    stages = _STAGES if stages is None else stages
+    if stages is None:
+        stages = _STAGES if jax.default_backend() == "cpu" else ()
     xt = jnp.swapaxes(x, 1, 2)  # (S, d, K_max)
     valid = (mass > 0).astype(x.dtype)
 
@@ -477,18 +484,20 @@ class _Draws(NamedTuple):
     sub: Any  # _SubDraws with fields (S, nK, ...)
 
 
-def _draw_batch(spec: Spec, dtype, keys) -> _Draws:
-    """First program of the engine: all draws of seeds ``keys: (S,)`` (vmap of :func:`draw` and
+def _draw_batch(spec: Spec, dtype, seeds) -> _Draws:
+    """First program of the engine: all draws of seeds ``seeds: (S,) uint32`` (seed s uses
+    :func:`poolsim._rng.fast_key`, i.e. ``jax.random.key(s)``'s numbers; vmap of :func:`draw` and
     :func:`_sub_draws`, the same numbers as in :func:`_one_seed`). A separate program on purpose:
     inside one program XLA fuses the Threefry hash and the inverse normal CDF into consumers that
     read each value many times (once per K, or K_max times in the subsampling ranks) and
     recomputes it there -- ``optimization_barrier`` does not stop this on the CPU backend; the
     program boundary does (measured 4-10x on the subsampling step)."""
+    keys = jax.vmap(_rng.fast_key)(seeds)
     means, samples, xbar, k_sub = jax.vmap(functools.partial(draw, spec, dtype))(keys)
     return _Draws(means, samples, xbar, jax.vmap(lambda k: _sub_draws(k, spec, dtype))(k_sub))
 
 
-def _batch(spec: Spec, dtype, draws: _Draws) -> SeedResult:
+def _batch(spec: Spec, dtype, draws: _Draws, host_medians: bool = True) -> SeedResult:
     """Second program: the estimates for a batch of seeds from their :func:`_draw_batch` draws,
     seed axis leading: the same results as ``vmap`` of :func:`_one_seed` (tested), organised for
     speed. The paper's sample medians for every seed go to the host in one call; pooling and
@@ -508,7 +517,7 @@ def _batch(spec: Spec, dtype, draws: _Draws) -> SeedResult:
         sub, xbar, samples, masks, Ks)  # (S, nK, d), (S, nK)
     if spec.init == "median":
         if samples is not None:
-            c0 = jax.vmap(lambda p: _grouped_medians(p, spec.n, spec.Ks))(
+            c0 = jax.vmap(lambda p: _grouped_medians(p, spec.n, spec.Ks, host_medians))(
                 samples.reshape(S, -1, spec.d))
         else:
             c0 = few_prefix_medians(xbar, spec.Ks) if spec.K_max <= 32 else \
@@ -533,28 +542,112 @@ def _batch(spec: Spec, dtype, draws: _Draws) -> SeedResult:
     return SeedResult(est, used, conv, it, inc, means, xbar)
 
 
+# The paired per-seed differences of eps that the summary reports (first minus second): the
+# comparisons the figures' verdicts make at a given K (:func:`poolsim.decide_claim` on them).
+PAIRS = (("pool", "match"), ("subsample", "match"), ("subsample", "pool"))
+QUANTITIES = STRATEGIES + tuple(f"{a} - {b}" for a, b in PAIRS)
+
+
+class Moments(NamedTuple):
+    """Per-seed sums behind a summary, over the valid seeds of one device's batch (leading axis:
+    one row per batch): ``n (B,)`` seeds, ``mean (B, nK, Q)`` and ``m2 (B, nK, Q)`` (sum of
+    squared deviations from ``mean``) of the Q = ``len(QUANTITIES)`` per-seed quantities: eps of
+    pool, subsample, match, then the differences ``PAIRS``."""
+
+    n: Any
+    mean: Any
+    m2: Any
+
+
+class Summary(NamedTuple):
+    """Per K and quantity (:data:`QUANTITIES`): ``n_seeds`` (int), ``mean (nK, Q)`` and
+    ``var (nK, Q)`` (``ddof=1``; NaN for one seed) over the seeds, in float64."""
+
+    n_seeds: int
+    mean: np.ndarray
+    var: np.ndarray
+
+
+def _moments(spec: Spec, res: SeedResult, valid) -> Moments:
+    """Third program (``summary=True``): :class:`Moments` of one batch's results, ``valid (S,)``
+    masking the padding seeds. eps is computed as :func:`poolsim.experiments.frame` does (the norm
+    of estimate minus mu_*), in float64 when x64 is enabled, else in float32; two passes (mean,
+    then squared deviations) inside the batch."""
+    acc = jax.dtypes.canonicalize_dtype(jnp.float64)
+    est = res.estimates.astype(acc)
+    eps = jnp.sqrt(jnp.sum((est - jnp.asarray(spec.mu_star, acc)) ** 2, axis=-1))  # (S, nK, 3)
+    j = {s: i for i, s in enumerate(STRATEGIES)}
+    vals = jnp.concatenate([eps] + [eps[..., j[a], None] - eps[..., j[b], None] for a, b in PAIRS],
+                           axis=-1)  # (S, nK, Q)
+    w = valid[:, None, None]
+    n = jnp.sum(valid, dtype=jnp.int32)
+    mean = jnp.sum(jnp.where(w, vals, 0), axis=0) / jnp.maximum(n, 1).astype(acc)
+    m2 = jnp.sum(jnp.where(w, (vals - mean) ** 2, 0), axis=0)
+    return Moments(n[None], mean[None], m2[None])
+
+
+def combine(m: Moments) -> Summary:
+    """Merge :class:`Moments` rows (NumPy, float64) into one :class:`Summary`: the pooled mean and
+    ``M2 = sum_b (m2_b + n_b (mean_b - mean)^2)`` (Chan, Golub & LeVeque's pairwise update, exact
+    in exact arithmetic)."""
+    n = np.asarray(m.n, np.int64)
+    mean_b, m2_b = np.asarray(m.mean, np.float64), np.asarray(m.m2, np.float64)
+    keep = n > 0
+    n, mean_b, m2_b = n[keep], mean_b[keep], m2_b[keep]
+    total = int(n.sum())
+    if total == 0:
+        raise ValueError("combine: no seeds in the moments")
+    w = n[:, None, None].astype(np.float64)
+    mean = np.sum(w * mean_b, axis=0) / total
+    m2 = np.sum(m2_b + w * (mean_b - mean) ** 2, axis=0)
+    var = m2 / (total - 1) if total > 1 else np.full_like(m2, np.nan)
+    return Summary(total, mean, var)
+
+
+def _mesh(ndev: int):
+    return jax.sharding.Mesh(np.array(jax.local_devices()[:ndev]), ("seeds",))
+
+
+def _compiled(spec: Spec, dtype_name: str, ndev: int = 1) -> tuple[Callable, Callable]:
+    """The engine's two jitted programs per (spec, dtype, devices), :func:`_draw_batch` and
+    :func:`_batch` (``est(draw(seeds))``): the compile-count test checks each traces once.
+
+    On ``ndev > 1`` local devices each program is a ``shard_map`` over the seed axis: every device
+    runs the whole computation on its own block of seeds (its own matching loops, its own trip
+    counts), so the programs contain no cross-device collective -- seeds are independent. The
+    materialised path's sample medians then use the pure-XLA :func:`prefix_medians` (see
+    :func:`_grouped_medians`)."""
+    return _compiled_cached(spec, dtype_name, ndev)
+
+
 @functools.lru_cache(maxsize=64)
-def _compiled(spec: Spec, dtype_name: str) -> tuple[Callable, Callable]:
-    """The engine's two jitted programs per (spec, dtype), :func:`_draw_batch` and :func:`_batch`
-    (``est(draw(keys))``): the compile-count test checks each traces once."""
+def _compiled_cached(spec: Spec, dtype_name: str, ndev: int) -> tuple[Callable, Callable]:
     dtype = jnp.dtype(dtype_name)
-    return (jax.jit(functools.partial(_draw_batch, spec, dtype)),
-            jax.jit(functools.partial(_batch, spec, dtype)))
+    fns = (functools.partial(_draw_batch, spec, dtype),
+           functools.partial(_batch, spec, dtype, host_medians=ndev == 1))
+    return tuple(jax.jit(_per_device(f, ndev)) for f in fns)
 
 
 @functools.lru_cache(maxsize=8)
-def _compiled_vmapped(spec: Spec, dtype_name: str):
-    """The plain ``vmap`` of :func:`_one_seed`: the batched engine's oracle in the tests."""
-    return jax.jit(jax.vmap(functools.partial(_one_seed, spec, jnp.dtype(dtype_name))))
+def _compiled_vmapped(spec: Spec, dtype_name: str, ndev: int = 1):
+    """The plain ``vmap`` of :func:`_one_seed` (seeds in, as :func:`_draw_batch`): the batched
+    engine's oracle in the tests."""
+    one = functools.partial(_one_seed, spec, jnp.dtype(dtype_name), host_medians=ndev == 1)
+    return jax.jit(_per_device(jax.vmap(lambda s: one(_rng.fast_key(s))), ndev))
 
 
-def _shard(keys):
-    """Place the seed axis across this process's devices (no-op on one device)."""
-    devices = jax.local_devices()
-    if len(devices) == 1:
-        return keys
-    mesh = jax.sharding.Mesh(np.array(devices), ("seeds",))
-    return jax.device_put(keys, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("seeds")))
+@functools.lru_cache(maxsize=64)
+def _compiled_moments(spec: Spec, ndev: int = 1):
+    return jax.jit(_per_device(functools.partial(_moments, spec), ndev))
+
+
+def _per_device(f: Callable, ndev: int) -> Callable:
+    """``f`` itself on one device; else ``f`` on each device's block of the leading (seed) axis of
+    every argument and result (``shard_map``; nothing is communicated between devices)."""
+    if ndev == 1:
+        return f
+    spec = jax.sharding.PartitionSpec("seeds")
+    return jax.shard_map(f, mesh=_mesh(ndev), in_specs=spec, out_specs=spec, check_vma=False)
 
 
 DISTRIBUTED_HELP = (
@@ -572,9 +665,44 @@ def process_block(S: int) -> tuple[int, int]:
     return jax.process_index() * per, per
 
 
+# Batches dispatched ahead of the oldest unfinished one: the device queue never runs dry, and
+# the draws of at most this many batches wait in memory (the CPU runtime would otherwise run
+# every batch's independent draws program at once).
+_AHEAD = 2
+
+
+def _gather(outs: list, S: int, chunk: int, on_device: bool):
+    """One pytree of NumPy arrays with leading axis ``S`` from the per-batch device results
+    ``outs`` (each with leading axis ``chunk``; the last one padded). Every transfer is started
+    (``copy_to_host_async``) before the first is waited on. ``on_device``: the batches are
+    concatenated on the device and each field crosses once; else each batch's arrays are copied
+    into preallocated host arrays (several devices: a batch's array is spread over them; CPU: the
+    copy is the host's own memory, and the result stays writeable)."""
+    last = S - (len(outs) - 1) * chunk
+    if on_device:
+        outs = outs[:-1] + [jax.tree.map(lambda a: a[:last], outs[-1])] if last < chunk else outs
+        whole = jax.tree.map(lambda *a: jnp.concatenate(a) if len(a) > 1 else a[0], *outs)
+        leaves, tree = jax.tree.flatten(whole)
+        for a in leaves:
+            a.copy_to_host_async()
+        return jax.tree.unflatten(tree, [np.asarray(a) for a in leaves])
+    flat = [jax.tree.flatten(o) for o in outs]
+    tree = flat[0][1]
+    for leaves, _ in flat:
+        for a in leaves:
+            a.copy_to_host_async()
+    host = [np.empty((S,) + a.shape[1:], a.dtype) for a in flat[0][0]]
+    for i, (leaves, _) in enumerate(flat):
+        k = min(chunk, S - i * chunk)
+        for dst, a in zip(host, leaves):
+            dst[i * chunk:i * chunk + k] = np.asarray(a)[:k]
+    return jax.tree.unflatten(tree, host)
+
+
 def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: int = 2048,
              shard: bool = True, progress: Callable[[int], None] | None = None,
-             distributed: bool = False, batched: bool = True) -> SeedResult:
+             distributed: bool = False, batched: bool = True,
+             summary: bool = False) -> SeedResult | Summary:
     """Run ``spec`` for every seed in ``seeds`` (int array). Seed s uses ``jax.random.key(s)``'s
     numbers (through :func:`poolsim._rng.fast_key`), so a seed's result does not depend on the
     other seeds, the chunking, the sharding or the process. ``batched=False`` runs the plain
@@ -582,12 +710,22 @@ def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: in
 
     Seeds are processed in chunks of ``chunk`` (the last one padded, so one trace serves all;
     ~2k seeds per chunk was fastest on a 2-core CPU, larger ones fall out of cache);
-    with several local devices each chunk is sharded over them (chunk rounded up to a multiple of
-    the device count). ``distributed=True`` (every process of a ``jax.distributed`` job calls
-    this with the same arguments): each process runs its own block of seeds
-    (:func:`process_block`) and ``multihost_utils.process_allgather`` gathers the blocks, so
-    every process, process 0 included, returns all seeds in order. Returns a
-    :class:`SeedResult` of NumPy arrays with leading axis ``len(seeds)``.
+    with several local devices each chunk is split over them (chunk rounded up to a multiple of
+    the device count), each device running its block alone (:func:`_compiled`). Chunks are
+    dispatched without waiting for their results (at most ``_AHEAD`` unfinished ahead of the
+    oldest); the results stay on the device until all are done and cross to the host once
+    (:func:`_gather`).
+
+    ``summary=True``: no per-seed results leave the device; each chunk is reduced there to the
+    :class:`Moments` of eps per K and strategy and of the paired differences :data:`PAIRS`, and a
+    :class:`Summary` of all seeds is returned (host memory independent of the seed count).
+
+    ``distributed=True`` (every process of a ``jax.distributed`` job calls this with the same
+    arguments): each process runs its own block of seeds (:func:`process_block`) and
+    ``multihost_utils.process_allgather`` gathers the blocks (or the moments), so every process,
+    process 0 included, returns all seeds in order. Returns a :class:`SeedResult` of NumPy arrays
+    with leading axis ``len(seeds)`` (read-only where they come straight from an accelerator), or
+    a :class:`Summary`.
     """
     seeds = np.asarray(seeds, dtype=np.int64)
     S = len(seeds)
@@ -597,34 +735,64 @@ def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: in
                                f"{DISTRIBUTED_HELP}")
         start, per = process_block(S)
         padded = np.concatenate([seeds, np.full(per * jax.process_count() - S, seeds[-1])])
-        local = simulate(spec, padded[start:start + per], dtype=dtype, chunk=chunk, shard=shard,
-                         progress=progress, batched=batched)
+        local = _simulate_local(spec, padded[start:start + per], max(0, min(per, S - start)),
+                                dtype=dtype, chunk=chunk, shard=shard, progress=progress,
+                                batched=batched, summary=summary)
         from jax.experimental import multihost_utils
 
-        ctx = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
+        ctx = jax.enable_x64(True) if dtype == "float64" or summary else contextlib.nullcontext()
         with ctx:
             full = multihost_utils.process_allgather(local, tiled=True)
+        if summary:
+            return combine(Moments(*(np.asarray(a) for a in full)))
         return SeedResult(*(np.asarray(a)[:S] for a in full))
+    out = _simulate_local(spec, seeds, S, dtype=dtype, chunk=chunk, shard=shard,
+                          progress=progress, batched=batched, summary=summary)
+    return combine(out) if summary else out
+
+
+def _simulate_local(spec: Spec, seeds: np.ndarray, n_valid: int, *, dtype: str, chunk: int,
+                    shard: bool, progress, batched: bool, summary: bool):
+    """:func:`simulate` on this process's devices; the first ``n_valid`` seeds count (the rest
+    pad a distributed block). Returns a :class:`SeedResult` or, with ``summary``, the
+    :class:`Moments` (NumPy, one row per chunk and device; float64)."""
+    S = len(seeds)
     ndev = len(jax.local_devices()) if shard else 1
     # Fewer seeds than `chunk`: round up to a power of two, so runs of similar size share one
     # compiled shape; the last chunk is padded.
     chunk = min(chunk, 1 << (S - 1).bit_length())
     chunk = -(-chunk // ndev) * ndev
+    n_chunks = -(-S // chunk)
+    seeds = seeds.astype(np.uint32)
+    seeds = np.concatenate([seeds, np.full(n_chunks * chunk - S, seeds[-1], np.uint32)])
+    place = (jax.sharding.NamedSharding(_mesh(ndev), jax.sharding.PartitionSpec("seeds"))
+             if ndev > 1 else None)
     ctx = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
-    parts = []
+    outs, waiting = [], []
     with ctx:
-        if batched:
-            draw_fn, est_fn = _compiled(spec, dtype)
-            fn = lambda k: est_fn(draw_fn(k))  # noqa: E731
+        fns = _compiled(spec, dtype, ndev) if batched else (_compiled_vmapped(spec, dtype, ndev),)
+        moments = _compiled_moments(spec, ndev) if summary else None
+        for i in range(n_chunks):
+            out = jax.device_put(seeds[i * chunk:(i + 1) * chunk], place)
+            for fn in fns:
+                out = fn(out)
+            if summary:
+                valid = np.arange(i * chunk, (i + 1) * chunk) < n_valid
+                out = moments(out, jax.device_put(valid, place))
+            outs.append(out)
+            waiting.append((out, min(chunk, S - i * chunk)))
+            if len(waiting) > _AHEAD:
+                done, k = waiting.pop(0)
+                jax.block_until_ready(done)
+                if progress is not None:
+                    progress(k)
+        on_device = ndev == 1 and jax.default_backend() != "cpu"
+        if summary:
+            res = _gather(outs, n_chunks * ndev, ndev, on_device)
+            res = Moments(*(np.asarray(a, np.float64) if a.dtype.kind == "f" else a for a in res))
         else:
-            fn = _compiled_vmapped(spec, dtype)
-        for start in range(0, S, chunk):
-            block = seeds[start:start + chunk]
-            padded = np.concatenate([block, np.full(chunk - len(block), block[-1])])
-            keys = jax.vmap(_rng.fast_key)(jnp.asarray(padded, dtype=jnp.uint32))
-            out = fn(_shard(keys) if shard else keys)
-            parts.append(jax.tree.map(lambda a, k=len(block): np.asarray(a)[:k], out))
-            if progress is not None:
-                progress(len(block))
-    return SeedResult(*(np.concatenate([getattr(p, f) for p in parts]) for f in SeedResult._fields))
-
+            res = _gather(outs, S, chunk, on_device)
+    if progress is not None:
+        for _, k in waiting:
+            progress(k)
+    return res

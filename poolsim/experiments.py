@@ -21,6 +21,10 @@ Multi-process (``jax.distributed``): every process calls :func:`init_distributed
 each process simulates an equal block of the seeds and every process gets the gathered frame
 (write files from ``jax.process_index() == 0`` only). Same seeds -> the single-process frame.
 
+``summarize(name, *, seeds, **params)``: the same experiment reduced on the device to per-K means,
+variances and t-intervals of eps and of the paired differences the verdicts use -- no per-seed
+arrays on the host, for seed counts of 10^7 and more.
+
 To add an experiment: one more :class:`Experiment` entry in ``EXPERIMENTS``.
 """
 from __future__ import annotations
@@ -251,6 +255,44 @@ def run(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = 
     """
     res, P = simulate(name, seeds=seeds, progress=progress, distributed=distributed, **params)
     return frame(name, res, P)
+
+
+def summarize(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = None,
+              distributed: bool = False, **params) -> pd.DataFrame:
+    """:func:`run`'s numbers reduced on the device, for seed counts whose per-seed frame would not
+    fit in host memory: one row per (K, quantity) with ``n_seeds``, ``mean``, ``var`` (ddof 1),
+    ``ci_low``, ``ci_high``. Quantities: eps of each strategy (interval as :func:`ci95`), and the
+    paired per-seed differences ``"pool - match"``, ``"subsample - match"``, ``"subsample - pool"``
+    (estimate and interval as :func:`poolsim.decide_claim` on the two eps columns: NaN interval
+    under ``MIN_SEEDS`` seeds). Equal to the same statistics of :func:`run`'s frame up to float
+    rounding (eps is formed in float64 when JAX's x64 mode is on, else in float32)."""
+    from scipy import stats
+
+    from . import _verdict
+
+    s, P = spec(name, **params)
+    seed_arr = _seeds(seeds)
+    if not isinstance(distributed, bool):
+        raise ValueError(f"distributed must be True or False, got {distributed!r}")
+    summ = _engine.simulate(s, seed_arr, dtype=P["dtype"], chunk=P["chunk"], progress=progress,
+                            distributed=distributed, summary=True)
+    n = summ.n_seeds
+    half = (stats.t.ppf(0.5 + _verdict.LEVEL / 2, n - 1) * np.sqrt(summ.var / n) if n > 1
+            else np.zeros_like(summ.mean))
+    paired = np.array([q not in _engine.STRATEGIES for q in _engine.QUANTITIES])
+    if n < _verdict.MIN_SEEDS:
+        half = np.where(paired, np.nan, half)
+    nK, Q = summ.mean.shape
+    return pd.DataFrame({
+        "experiment": name,
+        "K": np.repeat(np.asarray(P["Ks"]), Q),
+        "quantity": np.tile(np.array(_engine.QUANTITIES), nK),
+        "n_seeds": n,
+        "mean": summ.mean.ravel(),
+        "var": summ.var.ravel(),
+        "ci_low": (summ.mean - half).ravel(),
+        "ci_high": (summ.mean + half).ravel(),
+    })
 
 
 def ci95(values: Any) -> tuple[float, float, float]:

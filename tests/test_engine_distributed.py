@@ -27,10 +27,12 @@ WORKER = textwrap.dedent("""
     import jax
     assert jax.process_count() == 2 and jax.process_index() == pid
     df = experiments.run("domain_addition", seeds=%d, distributed=True, **%r)
+    summ = experiments.summarize("domain_addition", seeds=%d, distributed=True, **%r)
     if jax.process_index() == 0:
         df.to_pickle(out)
+        summ.to_pickle(out + ".summary")
     jax.distributed.shutdown()
-""" % (SEEDS, SMALL))
+""" % (SEEDS, SMALL, SEEDS, SMALL))
 
 
 def _free_port() -> int:
@@ -67,6 +69,13 @@ def test_two_processes_equal_one_process(tmp_path):
     pd.testing.assert_frame_equal(got[discrete], want[discrete])
     for col in ("eps", "est_0", "est_1"):
         np.testing.assert_allclose(got[col], want[col], rtol=1e-6, atol=1e-6)
+    # The summary's moments, gathered from both processes (process 1's block has one padding
+    # seed, which must not count), against the one-process summary: same seeds, same numbers up
+    # to the estimates' float32 rounding above.
+    summ = pd.read_pickle(out + ".summary")
+    one = experiments.summarize("domain_addition", seeds=SEEDS, **SMALL)
+    assert (summ.n_seeds == SEEDS).all()
+    pd.testing.assert_frame_equal(summ, one, check_exact=False, rtol=1e-5, atol=1e-6)
 
 
 def test_distributed_without_initialize_names_what_to_call():

@@ -132,6 +132,8 @@ def convert_checkpoint(path) -> str:
             allowed.append(getattr(importlib.import_module(module), attr))
         except (ImportError, AttributeError):
             continue  # the other spelling of NumPy's private module path
+    # the dtype classes of NumPy's numeric scalars, which the unpickler builds after the constructors
+    allowed += [type(np.dtype(code)) for code in "?bhilqBHILQefdgFDG"]
     obj = _read(path, "cpu", allowed)
     save_torch(path, obj)
     return f"{path}: converted ({', '.join(found)} -> plain numbers and tensors)"
