@@ -53,10 +53,10 @@ NUMPY_GLOBALS = ("numpy.ndarray", "numpy.dtype", "numpy._core.multiarray._recons
 def plain(obj, where: str = "checkpoint"):
     """``obj`` with NumPy scalars as Python numbers and NumPy arrays as tensors; ``TypeError`` naming
     the entry for anything that is not a tensor, number, string, ``None`` or a dict/list/tuple of them."""
+    if isinstance(obj, np.generic):  # before float: np.float64 is a float subclass
+        return obj.item()
     if isinstance(obj, (torch.Tensor, str, bool, int, float, type(None))):
         return obj
-    if isinstance(obj, np.generic):
-        return obj.item()
     if isinstance(obj, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(obj))
     if isinstance(obj, dict):

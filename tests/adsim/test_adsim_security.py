@@ -119,7 +119,7 @@ def test_convert_run_makes_numpy_values_plain_and_refuses_anything_else(clean_ru
 
 
 def test_save_torch_refuses_objects_it_could_not_read_back(tmp_path):
-    with pytest.raises(TypeError, match=r"checkpoint.*\['x'\] is a .*_Payload"):
+    with pytest.raises(TypeError, match=r"c.pt\['x'\] is a .*_Payload"):
         save_torch(tmp_path / "c.pt", {"x": _Payload(tmp_path / "m")})
     assert not (tmp_path / "c.pt").exists()
 
