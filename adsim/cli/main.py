@@ -278,7 +278,8 @@ def _predict(args) -> str:
     write_scores_csv(out / "scores.csv", pred)
     reasons = [tuple(m.removeprefix("skipped ").split(": not a readable image ", 1)) for m in skipped]
     write_report(out / "report.html", pred, _settings(args, det), overlays=out / "overlays" if args.overlays else None,
-                 skipped=[r if len(r) == 2 else (r[0], "") for r in reasons])
+                 skipped=[(r[0], r[1][1:-1] if r[1].startswith("(") and r[1].endswith(")") else r[1])
+                          if len(r) == 2 else (r[0], "") for r in reasons])
     volumes = f" and {len(pred.volumes)} volumes" if pred.volumes else ""
     return (f"scored {len(pred.paths)} images{volumes} with {det.method.name}: {out / 'scores.csv'}, "
             f"{out / 'report.html'}" + (f", overlays in {out / 'overlays'}" if args.overlays else ""))

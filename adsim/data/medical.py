@@ -208,7 +208,8 @@ def expand(path, *, axis="axial") -> list:
 def _expand_dicom(path: Path, ds, volume: str | None = None) -> list:
     frames = int(ds.get("NumberOfFrames", 1) or 1)
     desc = _description(ds)
-    if frames > 1 and "Rows" in ds:
+    size = int(ds.get("Rows", 0) or 0) * int(ds.get("Columns", 0) or 0) * int(ds.get("SamplesPerPixel", 1) or 1)
+    if frames > 1 and "Rows" in ds and size * frames <= MAX_VOXELS:
         return [Source(path, "frame", i, volume=str(path), description=desc) for i in range(frames)]
     return [Source(path, volume=volume, description=desc)]
 
@@ -224,8 +225,8 @@ def _expand_nifti(path: Path, axis) -> list:
         return [Source(path)]
     if len(shape) == 4 and shape[3] == 1:
         shape = shape[:3]
-    if len(shape) != 3 or shape[ax] == 1:
-        return [Source(path)]  # 2-D: one image; 4-D and others: refused with the reason on reading
+    if len(shape) != 3 or shape[ax] == 1 or int(np.prod(shape)) > MAX_VOXELS:
+        return [Source(path)]  # 2-D: one image; 4-D, others and too large: refused with the reason on reading
     return [Source(path, "slice", k, ax, name, volume=str(path)) for k in range(shape[ax])]
 
 
