@@ -54,3 +54,42 @@ def test_adsim_python_example_runs(tmp_path):
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["pred"].scores.shape == (2,) and namespace["pred"].maps.shape == (2, 64, 64)
     assert len(list((tmp_path / "png").glob("*.png"))) == 2
+
+
+@pytest.mark.filterwarnings("ignore:backbone tiny has RANDOM weights")
+def test_own_scans_example_runs_on_the_bundled_files(tmp_path):
+    """The two commands of "Use it on your own scans", run as written on a DICOM series (pydicom's MR_small,
+    three instances) and a NIfTI volume (nibabel's anatomical.nii), with the tiny backbone's random weights
+    in place of the ViT-L-14-336 file."""
+    pydicom = pytest.importorskip("pydicom")
+    nibabel = pytest.importorskip("nibabel")
+    import csv
+    import shlex
+    import shutil
+
+    from adsim.cli.main import main
+    section = README.split("### Use it on your own scans", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    series = tmp_path / "ct_series"
+    series.mkdir()
+    ds = pydicom.dcmread(Path(pydicom.__file__).parent / "data" / "test_files" / "MR_small.dcm")
+    for number in (1, 2, 3):
+        ds.InstanceNumber = number
+        ds.save_as(series / f"IM{number:04d}.dcm")
+    shutil.copy(Path(nibabel.__file__).parent / "tests" / "data" / "anatomical.nii", tmp_path / "brain.nii")
+    lines = block.strip().splitlines()
+    assert len(lines) == 2
+    weights = "--backbone ViT-L-14-336 --checkpoint ViT-L-14-336px.pt"
+    for line in lines:
+        assert line.startswith("python -m adsim predict") and weights in line
+        line = line.replace(weights, "--backbone tiny --device cpu --no-progress")
+        for old, new in (("ct_series/", f"{series}/"), ("brain.nii", str(tmp_path / "brain.nii")),
+                         ("/tmp/pred_", f"{tmp_path}/pred_")):
+            line = line.replace(old, new)
+        assert main(shlex.split(line)[3:]) == 0
+    ct = list(csv.DictReader((tmp_path / "pred_ct" / "scores.csv").read_text().splitlines()))
+    assert [r["kind"] for r in ct] == ["image"] * 3 + ["volume"]
+    brain = list(csv.DictReader((tmp_path / "pred_brain" / "scores.csv").read_text().splitlines()))
+    assert [r["kind"] for r in brain] == ["slice"] * 25 + ["volume"]  # anatomical.nii: 25 axial slices
+    for out in ("pred_ct", "pred_brain"):
+        assert (tmp_path / out / "report.html").is_file()

@@ -7,8 +7,6 @@ answers at once.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import sys
 import warnings
@@ -19,6 +17,8 @@ from adsim.config import recipes
 from adsim.config.choices import BACKBONES, METRICS, MODES, SCORES, ZERO_SHOT_METHODS
 from adsim.config.run import config_from_recipe
 from adsim.data.domains import DOMAINS
+
+SLICE_AXES = ("axial", "coronal", "sagittal", "0", "1", "2")  # adsim.data.medical.resolve_axis
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -81,12 +81,21 @@ def _parser() -> argparse.ArgumentParser:
                          "reduce-overhead (CUDA graphs) on CUDA, default elsewhere")
     _dist_args(tr)
 
-    ev = sub.add_parser("eval", help="write RUN/metrics.json for the target's test split")
-    ev.add_argument("--run", "--run-dir", dest="run", required=True,
-                    help="run folder (spell it --run-dir under torchrun, whose own --run-path swallows --run)")
+    ev = sub.add_parser("eval", help="write metrics.json for the target's test split (RUN/ or --out)")
+    evsrc = ev.add_mutually_exclusive_group(required=True)
+    evsrc.add_argument("--run", "--run-dir", dest="run",
+                       help="run folder (spell it --run-dir under torchrun, whose own --run-path swallows --run)")
+    evsrc.add_argument("--zero-shot", metavar="METHOD",
+                       help=f"a training-free method: one of {ZERO_SHOT_METHODS} or a plugin's (needs --target "
+                            "and --out)")
     ev.add_argument("--data", required=True)
-    ev.add_argument("--target", default=None, help="default: the run's target")
-    ev.add_argument("--checkpoint", choices=("auto", "last", "best"), default="auto")
+    ev.add_argument("--target", default=None, help="default: the run's target (required with --zero-shot)")
+    ev.add_argument("--out", default=None, help="with --zero-shot: the folder for metrics.json and overlays/")
+    ev.add_argument("--checkpoint", default=None,
+                    help="with --run: auto|last|best (default auto); with --zero-shot: local backbone weights "
+                         "(none: random, warned)")
+    ev.add_argument("--backbone", default="ViT-L-14-336", help=f"with --zero-shot: one of {tuple(BACKBONES)}")
+    ev.add_argument("--image-size", type=int, default=None, help="with --zero-shot")
     ev.add_argument("--smooth-sigma", type=float, default=None, help="default: the run's recipe (smooth_sigma)")
     ev.add_argument("--score", default=None, choices=SCORES,
                     help="image score / pixel map (default: the run's, else logit_max; authors_prob_mean "
@@ -102,8 +111,10 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--shot-seed", type=int, default=0, help="seed of the draw of the --shots images")
     _dist_args(ev)
 
-    pr = sub.add_parser("predict", help="score any images (no labels): DIR/scores.csv + one overlay PNG each")
-    pr.add_argument("images", nargs="+", help="image files and/or folders (every file of a folder is tried)")
+    pr = sub.add_parser("predict", help="score any images, DICOM or NIfTI (no labels): DIR/scores.csv, "
+                        "DIR/report.html, one overlay PNG each")
+    pr.add_argument("images", nargs="+", help="image files (PNG/JPEG/TIFF incl. 16-bit, DICOM, NIfTI .nii/.nii.gz) "
+                    "and/or folders (every file of a folder is tried; a DICOM series in instance order)")
     src = pr.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", help="a trained run folder")
     src.add_argument("--zero-shot", metavar="METHOD", help=f"a training-free method: one of {ZERO_SHOT_METHODS} or a plugin's")
@@ -120,6 +131,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="few-shot mode: K images drawn from --normals in a memory bank (never scored)")
     pr.add_argument("--normals", nargs="+", default=None, help="with --shots: normal images/folders of the target")
     pr.add_argument("--shot-seed", type=int, default=0, help="seed of the draw of the --shots images")
+    pr.add_argument("--slice-axis", default="axial", choices=SLICE_AXES,
+                    help="NIfTI volumes: score every slice along this axis (axial/coronal/sagittal: the voxel axis "
+                         "nearest that direction by the affine, no resampling; 0/1/2: a voxel axis)")
+    pr.add_argument("--volume-topk", type=int, default=1, metavar="K",
+                    help="a volume's score (NIfTI volume, multi-frame DICOM, DICOM series): the mean of its K "
+                         "highest slice scores (default 1: the maximum)")
     pr.add_argument("--no-progress", dest="progress", action="store_false")
 
     cv = sub.add_parser("convert-run", help="rewrite a run folder of an earlier adsim version whose checkpoints "
@@ -185,15 +202,54 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     print(f"warning: {message}", file=sys.stderr)
 
 
+def _sha256(path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _weights(path) -> str:
+    return "random (no --checkpoint): scores are meaningless" if path is None else f"{path} (sha256 {_sha256(path)})"
+
+
+def _settings(args, det) -> dict:
+    """What produced a prediction, for report.html: backbone, weights (file and sha256, or random),
+    recipe, method, shots, and the reading options."""
+    spec = det.info.get("backbone")
+    out = {"method": det.method.name}
+    if args.run is not None:
+        cfg = det.info["config"]
+        ckpt = Path(args.run) / det.info["checkpoint"]["file"]
+        out.update({"run": args.run, "recipe": getattr(cfg, "recipe", None) or "-", "backbone": cfg.backbone,
+                    "backbone weights": _weights(cfg.checkpoint),
+                    "head checkpoint": f"{ckpt} (epoch {det.info['checkpoint']['epoch']}, sha256 {_sha256(ckpt)})",
+                    "scoring": det.info.get("scoring")})
+    else:
+        out.update({"zero-shot method": args.zero_shot, "recipe": "- (training-free)", "backbone": args.backbone,
+                    "backbone weights": _weights(args.checkpoint)})
+    if spec is not None:
+        out["image size"] = spec.image_size
+    out["shots"] = (f"{det.info['shots']} (seed {det.info['shot_seed']}: {', '.join(det.info['shot_files'])})"
+                    if det.info.get("shots") else "0 (zero-shot)")
+    out.update({"slice axis": args.slice_axis, "volume score": "max of the slice scores" if args.volume_topk == 1
+                else f"mean of the {args.volume_topk} highest slice scores", "inputs": " ".join(args.images)})
+    return out
+
+
 def _predict(args) -> str:
-    """``predict``: scores.csv (path, score; written atomically) and, unless ``--no-overlays``, one
-    overlay PNG per image in ``--out``; unreadable files are skipped with one ``warning:`` line each."""
+    """``predict``: scores.csv (``adsim.inference.report``: where each score came from; written
+    atomically), report.html and, unless ``--no-overlays``, one overlay PNG per picture in ``--out``;
+    unreadable files are skipped with one ``warning:`` line each."""
     # torch, open_clip and the methods load here, once the command runs
     from adsim.data.images import image_items
     from adsim.inference.detector import Detector, UnreadableImageWarning
+    from adsim.inference.report import write_report, write_scores_csv
     from adsim.methods.fewshot import exclude_shots
     from adsim.runtime.io import check_writable, write_json
-    from poolsim import atomic_write_text
 
     check_writable(args.out)  # before any work
     if args.run is not None:
@@ -209,20 +265,60 @@ def _predict(args) -> str:
         if not args.shots or not args.normals:
             raise ValueError("--shots K and --normals IMAGES go together (K normal images of the target)")
         det = det.with_shots(args.normals, args.shots, seed=args.shot_seed, batch_size=args.batch_size)
-        images = exclude_shots([src for _, src in image_items(images)], det.method.paths)  # never scored
+        images = exclude_shots([src for _, src in image_items(images, axis=args.slice_axis)],
+                               det.method.paths)  # never scored
         write_json(out / "shots.json", {k: det.info[k] for k in ("shots", "shot_seed", "shot_files", "weight")})
+    skipped = []
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UnreadableImageWarning):
+            skipped.append(str(message))
+        _one_line_warning(message, category, filename, lineno, file, line)
+
     with warnings.catch_warnings():
-        warnings.showwarning = _one_line_warning  # the CLI reports each skipped file on one line
+        warnings.showwarning = show  # the CLI reports each skipped file on one line
         warnings.simplefilter("always", UnreadableImageWarning)
         pred = det.predict(images, batch_size=args.batch_size, maps=False, progress=args.progress,
-                           strict=args.strict, overlays=out / "overlays" if args.overlays else None)
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(["path", "score"])
-    writer.writerows((p, repr(float(s))) for p, s in zip(pred.paths, pred.scores))
-    atomic_write_text(out / "scores.csv", text.getvalue())
-    return (f"scored {len(pred.paths)} images with {det.method.name}: {out / 'scores.csv'}"
-            + (f", overlays in {out / 'overlays'}" if args.overlays else ""))
+                           strict=args.strict, overlays=out / "overlays" if args.overlays else None,
+                           axis=args.slice_axis, volume_topk=args.volume_topk)
+    write_scores_csv(out / "scores.csv", pred)
+    reasons = [tuple(m.removeprefix("skipped ").split(": not a readable image ", 1)) for m in skipped]
+    write_report(out / "report.html", pred, _settings(args, det), overlays=out / "overlays" if args.overlays else None,
+                 skipped=[(r[0], r[1][1:-1] if r[1].startswith("(") and r[1].endswith(")") else r[1])
+                          if len(r) == 2 else (r[0], "") for r in reasons])
+    volumes = f" and {len(pred.volumes)} volumes" if pred.volumes else ""
+    return (f"scored {len(pred.paths)} images{volumes} with {det.method.name}: {out / 'scores.csv'}, "
+            f"{out / 'report.html'}" + (f", overlays in {out / 'overlays'}" if args.overlays else ""))
+
+
+def _eval(args) -> dict:
+    """``eval``: a run (``--run``) or a training-free method (``--zero-shot``, metrics.json in ``--out``)."""
+    from adsim.evaluation.evaluate import evaluate, evaluate_zero_shot
+    from adsim.runtime.io import check_writable
+
+    if args.zero_shot is not None:
+        if args.target is None or args.out is None:
+            raise ValueError("eval --zero-shot needs --target (the domain to score) and --out (where metrics.json goes)")
+        if args.score is not None:
+            raise ValueError("--score chooses a trained head's score; a training-free method has its own")
+        check_writable(args.out)  # before any work
+        sigma = args.smooth_sigma if args.smooth_sigma is not None else recipes.get("clean").smooth_sigma
+        return evaluate_zero_shot(args.zero_shot, args.data, args.target, args.out, backbone=args.backbone,
+                                  checkpoint=args.checkpoint, image_size=args.image_size, smooth_sigma=sigma,
+                                  batch_size=args.batch_size, device=args.device, progress=args.progress,
+                                  overlays=args.overlays, shots=args.shots, shot_seed=args.shot_seed)
+    if args.out is not None or args.backbone != "ViT-L-14-336" or args.image_size is not None:
+        raise ValueError("--out, --backbone and --image-size go with --zero-shot; a run folder fixes its own and "
+                         "gets metrics.json")
+    checkpoint = args.checkpoint or "auto"
+    if checkpoint not in ("auto", "last", "best"):
+        raise ValueError(f"with --run, --checkpoint must be one of ('auto', 'last', 'best'), got {checkpoint!r}")
+    if Path(args.run, "config.json").is_file():
+        check_writable(args.run, "--run")  # metrics.json goes there
+    sigma = args.smooth_sigma if args.smooth_sigma is not None else _smooth_sigma(args.run)
+    return evaluate(args.run, args.data, args.target, checkpoint=checkpoint, smooth_sigma=sigma,
+                    batch_size=args.batch_size, device=args.device, progress=args.progress, scoring=args.score,
+                    overlays=args.overlays, shots=args.shots, shot_seed=args.shot_seed)
 
 
 def _convert_run(run) -> str:
@@ -290,15 +386,7 @@ def main(argv=None) -> int:
             if distributed.is_main():
                 print(f"run written to {out}")
         else:
-            from adsim.evaluation.evaluate import evaluate
-
-            if Path(args.run, "config.json").is_file():
-                check_writable(args.run, "--run")  # metrics.json goes there
-            sigma = args.smooth_sigma if args.smooth_sigma is not None else _smooth_sigma(args.run)
-            metrics = evaluate(args.run, args.data, args.target, checkpoint=args.checkpoint,
-                               smooth_sigma=sigma, batch_size=args.batch_size, device=args.device,
-                               progress=args.progress, scoring=args.score, overlays=args.overlays,
-                               shots=args.shots, shot_seed=args.shot_seed)
+            metrics = _eval(args)
             if distributed.is_main():
                 print(json.dumps(metrics, indent=2))
     except ValueError as err:

@@ -14,6 +14,7 @@ import torch
 from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
 from PIL import Image
 
+from adsim.data import medical
 from adsim.data.domains import MASKED, SPLITS, canonical_domain
 
 SIMULATED_MARKER = "SIMULATED_TOY_DATA.txt"  # written by ``make-toy-bmad`` at the data root
@@ -24,7 +25,8 @@ def simulated(root) -> bool:
     return (Path(root) / SIMULATED_MARKER).is_file()
 
 
-IMAGE_EXT = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+# what a split folder may hold: PIL's formats (8- and 16-bit) and single-frame DICOM files
+IMAGE_EXT = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", *medical.DICOM_SUFFIXES)
 
 
 class Sample(NamedTuple):
@@ -85,17 +87,37 @@ def preprocess(image: Image.Image, size: int, *, clip_norm: bool = True) -> torc
     return (x - _MEAN) / _STD if clip_norm else x
 
 
-# what PIL raises for a file that is not a readable image
-UNREADABLE = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
+def preprocess_array(pixels: np.ndarray, size: int, *, clip_norm: bool = True) -> torch.Tensor:
+    """:func:`preprocess` of float ``pixels`` in ``[0, 1]``, ``(H, W)`` grey or ``(H, W, 3)`` RGB, without
+    going through 8 bits: bicubic resize of each channel in float (PIL mode ``F``), clipped to ``[0, 1]``
+    as the 8-bit path clips to ``[0, 255]``; grey is repeated to 3 channels."""
+    a = np.asarray(pixels, dtype=np.float32)
+    channels = [a] if a.ndim == 2 else [a[..., c] for c in range(a.shape[-1])]
+    resized = [np.asarray(Image.fromarray(np.ascontiguousarray(c)).resize((size, size), Image.BICUBIC),
+                          dtype=np.float32) for c in channels]
+    x = torch.from_numpy(np.clip(np.stack(resized * 3 if len(resized) == 1 else resized), 0.0, 1.0))
+    return (x - _MEAN) / _STD if clip_norm else x
+
+
+# what reading a file that is not a readable image raises (adsim.data.medical.UnreadableInput is a
+# ValueError; PIL raises OSError, SyntaxError, EOFError or its DecompressionBombError)
+UNREADABLE = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
+
+
+def load_image(src, size: int, *, clip_norm: bool = True) -> tuple:
+    """``(image (3, size, size) float32, window)`` of ``src``: a path, an ``adsim.data.medical.Source``
+    (a DICOM frame or NIfTI slice) or an open PIL image, read by ``adsim.data.medical.decode`` (DICOM,
+    NIfTI, 16-bit PNG/TIFF, PIL's formats) and preprocessed as in training. ``window``: how stored values
+    became pixels. A file that is not a readable image raises one of :data:`UNREADABLE`."""
+    decoded = medical.decode(src)
+    if isinstance(decoded.pixels, Image.Image):
+        return preprocess(decoded.pixels, size, clip_norm=clip_norm), decoded.window
+    return preprocess_array(decoded.pixels, size, clip_norm=clip_norm), decoded.window
 
 
 def read_image(src, size: int, *, clip_norm: bool = True) -> torch.Tensor:
-    """:func:`preprocess` of ``src``, a path or an open PIL image: ``(3, size, size)`` float32. A file that
-    is not a readable image raises one of :data:`UNREADABLE`."""
-    if isinstance(src, Image.Image):
-        return preprocess(src, size, clip_norm=clip_norm)
-    with Image.open(src) as im:
-        return preprocess(im, size, clip_norm=clip_norm)
+    """:func:`load_image` without the window: ``(3, size, size)`` float32."""
+    return load_image(src, size, clip_norm=clip_norm)[0]
 
 
 def unnormalise(x: torch.Tensor, *, clip_norm: bool = True) -> torch.Tensor:

@@ -1,4 +1,9 @@
-"""What ``predict`` accepts, as a list of ``(name, source)`` items: folders, files, PIL images, tensors."""
+"""What ``predict`` accepts, as a list of ``(name, source)`` items: folders, files, PIL images, tensors.
+
+A source is a path (a plain image file), a PIL image, or an ``adsim.data.medical.Source``: one frame of
+a DICOM file or one slice of a NIfTI volume (``adsim.data.medical``: a multi-frame DICOM is one item per
+frame, a 3-D NIfTI one item per slice along ``axis``, a folder's DICOM series in instance order).
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,11 +11,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-
-def _files(folder: Path) -> list:
-    """Every regular, non-hidden file of ``folder`` (not recursive), sorted: non-images are warned about
-    when read, not filtered by their suffix."""
-    return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+from adsim.data.medical import Source, expand, expand_folder, resolve_axis
 
 
 def _tensor_images(x: torch.Tensor) -> list:
@@ -28,13 +29,20 @@ def _tensor_images(x: torch.Tensor) -> list:
     return [Image.fromarray(a) for a in u8]
 
 
-def image_items(images) -> list:
-    """What :meth:`Detector.predict` accepts -> ``[(name, path or PIL image)]``: a folder (its files,
-    sorted), a file, a PIL image, a tensor, or a list/tuple of paths, folders and PIL images.
-    A path that does not exist -> ``ValueError``."""
+def _named(items: list) -> list:
+    return [(it.name, it) if isinstance(it, Source) else (str(it), it) for it in items]
+
+
+def image_items(images, *, axis="axial") -> list:
+    """What :meth:`Detector.predict` accepts -> ``[(name, source)]``: a folder (its regular, non-hidden
+    files, sorted; non-images are warned about when read, not filtered by their suffix), a file, a PIL
+    image, a tensor, an ``adsim.data.medical.Source``, or a list/tuple of these (not tensors). DICOM and
+    NIfTI files expand to one item per frame or slice (``axis``: the NIfTI slice axis, see
+    ``adsim.data.medical.resolve_axis``). A path that does not exist -> ``ValueError``."""
+    resolve_axis(axis)
     if isinstance(images, torch.Tensor):
         return [(f"<tensor image {i}>", im) for i, im in enumerate(_tensor_images(images))]
-    if isinstance(images, (str, Path, Image.Image)):
+    if isinstance(images, (str, Path, Image.Image, Source)):
         images = [images]
     if not isinstance(images, (list, tuple)):
         raise TypeError(f"images must be a folder, a path, a PIL image, a tensor or a list of paths/PIL "
@@ -44,13 +52,16 @@ def image_items(images) -> list:
         if isinstance(im, Image.Image):
             items.append((f"<PIL image {i}>", im))
             continue
+        if isinstance(im, Source):
+            items.append((im.name, im))
+            continue
         if not isinstance(im, (str, Path)):
             raise TypeError(f"images[{i}] must be a path or a PIL image, got {type(im).__name__}")
         p = Path(im)
         if p.is_dir():
-            items += [(str(f), f) for f in _files(p)]
+            items += _named(expand_folder(p, axis=axis))
         elif p.is_file():
-            items.append((str(p), p))
+            items += _named(expand(p, axis=axis))
         else:
             raise ValueError(f"images: no such file or folder {str(p)!r}")
     return items

@@ -6,6 +6,6 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submodules=[],
     submod_attrs={
-        'evaluate': ['evaluate', 'split_metrics', 'write_extremes'],
+        'evaluate': ['evaluate', 'evaluate_zero_shot', 'split_metrics', 'write_extremes'],
     },
 )

@@ -47,16 +47,6 @@ def split_metrics(detector, samples, *, batch_size: int, pixel: bool, progress: 
     return entries(acc.compute(), smooth_sigma), scores
 
 
-
-
-
-
-
-
-
-
-
-
 def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", smooth_sigma: float = 4.0,
              batch_size: int = 16, device: str = "auto", progress: bool = True, scoring: str | None = None,
              overlays: int = 0, shots: int = 0, shot_seed: int = 0) -> dict:
@@ -66,14 +56,51 @@ def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", 
     (ground-truth contour where a mask exists) to ``RUN/overlays/`` (``adsim.inference.overlays``).
     ``shots=k``: few-shot mode (``adsim.methods.fewshot.for_target``: k normal images of the target's valid split,
     drawn with ``shot_seed``, in a memory bank; never scored; recorded in metrics.json)."""
-    check_sigma(smooth_sigma)
-    if not isinstance(overlays, int) or isinstance(overlays, bool) or overlays < 0:
-        raise ValueError(f"overlays must be an integer >= 0, got {overlays!r}")
+    _check_options(smooth_sigma, overlays)
     detector = Detector.from_run(run, checkpoint=checkpoint, device=device, scoring=scoring)
     cfg, spec = detector.info["config"], detector.info["backbone"]
     target = canonical_domain(target or cfg.target)
     if target in cfg.train_domains:
         raise ValueError(f"{target} was a training domain of this run: not a zero-shot evaluation")
+    record = {"checkpoint": detector.info["checkpoint"], "select": cfg.select, "method": cfg.method,
+              "metric": cfg.metric, "vaca": cfg.vaca, "gate_mode": cfg.gate_mode, "backbone": cfg.backbone,
+              "seed": cfg.seed, "train_domains": list(cfg.train_domains), "pretrained": spec.pretrained,
+              "zero_shot": cfg.select != "test", "scoring": cfg.scoring}
+    if cfg.select == "test":
+        record["warning"] = ("checkpoint selected on the target's test set (authors' protocol): "
+                             "optimistic, NOT a zero-shot result")
+    return _evaluate_target(detector, data, target, Path(run), record, smooth_sigma=smooth_sigma,
+                            batch_size=batch_size, progress=progress, overlays=overlays, shots=shots,
+                            shot_seed=shot_seed)
+
+
+def evaluate_zero_shot(method: str, data, target: str, out, *, backbone: str = "ViT-L-14-336",
+                       checkpoint: str | None = None, image_size: int | None = None, smooth_sigma: float = 4.0,
+                       batch_size: int = 16, device: str = "auto", progress: bool = True, overlays: int = 0,
+                       shots: int = 0, shot_seed: int = 0, seed: int = 0) -> dict:
+    """:func:`evaluate` for a training-free method of ``adsim.methods.catalog`` (``Detector.zero_shot``
+    on ``backbone`` with local ``checkpoint`` weights): the same metrics, shots and overlays, written to
+    ``OUT/metrics.json`` (and ``OUT/overlays/``)."""
+    _check_options(smooth_sigma, overlays)
+    detector = Detector.zero_shot(method, backbone=backbone, checkpoint=checkpoint, image_size=image_size,
+                                  device=device, seed=seed)
+    spec = detector.info["backbone"]
+    record = {"method": method, "zero_shot_method": method, "backbone": backbone, "checkpoint": checkpoint,
+              "image_size": spec.image_size, "seed": seed, "pretrained": spec.pretrained, "zero_shot": True}
+    return _evaluate_target(detector, data, canonical_domain(target), Path(out), record, smooth_sigma=smooth_sigma,
+                            batch_size=batch_size, progress=progress, overlays=overlays, shots=shots,
+                            shot_seed=shot_seed)
+
+
+def _check_options(smooth_sigma, overlays) -> None:
+    check_sigma(smooth_sigma)
+    if not isinstance(overlays, int) or isinstance(overlays, bool) or overlays < 0:
+        raise ValueError(f"overlays must be an integer >= 0, got {overlays!r}")
+
+
+def _evaluate_target(detector, data, target: str, out: Path, record: dict, *, smooth_sigma: float,
+                     batch_size: int, progress: bool, overlays: int, shots: int, shot_seed: int) -> dict:
+    """Score ``target``'s test split with ``detector``; ``OUT/metrics.json`` = ``record`` + the metrics."""
     samples, shot_record = bmad.list_split(data, target, "test"), {"shots": 0}
     if shots:
         detector, samples, shot_record = for_target(detector, data, target, shots, seed=shot_seed,
@@ -82,23 +109,14 @@ def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", 
     has_masks = target in MASKED
     scored, image_scores_ = split_metrics(detector, samples, batch_size=batch_size, pixel=has_masks,
                                           progress=progress, desc=f"eval {target}", smooth_sigma=smooth_sigma)
-    metrics = {"target": target, "n_images": len(samples),
-               "n_anomalous": int(sum(s.label for s in samples)),
-               "checkpoint": detector.info["checkpoint"], "select": cfg.select, "method": cfg.method,
-               "metric": cfg.metric, "vaca": cfg.vaca, "gate_mode": cfg.gate_mode, "backbone": cfg.backbone,
-               "seed": cfg.seed, "train_domains": list(cfg.train_domains), "pretrained": spec.pretrained,
-               "auc_unit": "percent", "zero_shot": cfg.select != "test",
-               "simulated_data": bmad.simulated(data), "scoring": cfg.scoring, **scored, **shot_record}
-    if cfg.select == "test":
-        metrics["warning"] = ("checkpoint selected on the target's test set (authors' protocol): "
-                              "optimistic, NOT a zero-shot result")
-    if not spec.pretrained:
+    metrics = {"target": target, "n_images": len(samples), "n_anomalous": int(sum(s.label for s in samples)),
+               **record, "auc_unit": "percent", "simulated_data": bmad.simulated(data), **scored, **shot_record}
+    if not record["pretrained"]:
         metrics["warning_weights"] = "random backbone weights: AUCs are meaningless (test/timing run)"
     if distributed.is_main():
-        write_json(Path(run) / "metrics.json", metrics)
+        write_json(out / "metrics.json", metrics)
         if overlays:
-            write_extremes(detector, samples, image_scores_, overlays, Path(run) / "overlays",
-                           batch_size=batch_size)
+            write_extremes(detector, samples, image_scores_, overlays, out / "overlays", batch_size=batch_size)
     distributed.barrier()
     return metrics
 

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from adsim.config.run import TrainConfig, validate
 from adsim.data import bmad
 from adsim.data.images import image_items
+from adsim.data.medical import Source
 from adsim.inference.overlays import overlay_names, write_overlay
 from adsim.inference.scoring import run_score
 from adsim.methods import catalog, registry
@@ -38,7 +39,6 @@ from adsim.runtime.device import autocast_dtype, resolve_device
 from adsim.runtime.io import load_torch, read_json
 
 CHECKPOINTS = ("auto", "last", "best")
-# what PIL raises for a file that is not a (complete, decodable) image
 
 
 class UnreadableImageWarning(UserWarning):
@@ -46,12 +46,63 @@ class UnreadableImageWarning(UserWarning):
 
 
 class Prediction(NamedTuple):
-    """``paths``: one name per scored image (the file path, or ``<PIL image i>`` / ``<tensor image i>``);
-    ``scores: (n,)`` float32, higher = more anomalous; ``maps: (n, S, S)`` float32 pixel maps at the
-    method's input size ``S``, or ``None`` with ``maps=False``."""
+    """``paths``: one name per scored image (the file path; ``<file> [frame i]`` / ``<file> [axial slice
+    k]`` for a DICOM frame or NIfTI slice; ``<PIL image i>`` / ``<tensor image i>``); ``scores: (n,)``
+    float32, higher = more anomalous; ``maps: (n, S, S)`` float32 pixel maps at the method's input size
+    ``S``, or ``None`` with ``maps=False``. ``records``: per scored image, where its score came from
+    (:func:`record`: ``path``, ``kind``, ``index``, ``axis``, ``window``, ``volume``, ``description``,
+    ``overlay``); ``volumes``: one row per volume (:func:`volume_rows`)."""
     paths: list
     scores: np.ndarray
     maps: np.ndarray | None
+    records: list | None = None
+    volumes: list | None = None
+
+
+KINDS = ("image", "frame", "slice", "volume")
+
+
+def record(name: str, src, window: str, overlay: str | None = None) -> dict:
+    """Where one scored picture came from: ``path`` (the file, or the name of a PIL/tensor image),
+    ``kind`` (``image``, ``frame`` or ``slice``), ``index`` (frame/slice, None for a 2-D image), ``axis``
+    (a slice's axis name and voxel axis), ``window`` (how stored values became pixels), ``volume`` (the
+    volume it belongs to, or None), ``description`` (DICOM Modality and Series Description), ``overlay``
+    (its overlay file name, if written)."""
+    if isinstance(src, Source):
+        axis = f"{src.axis_name} (voxel axis {src.axis})" if src.kind == "slice" else None
+        return {"path": str(src.path), "kind": src.kind, "index": src.index, "axis": axis, "window": window,
+                "volume": src.volume, "description": src.description, "overlay": overlay}
+    return {"path": name, "kind": "image", "index": None, "axis": None, "window": window, "volume": None,
+            "description": "", "overlay": overlay}
+
+
+def volume_rows(records: list, scores, topk: int = 1) -> list:
+    """One row per volume of ``records`` (in order of first appearance): ``path`` (the volume: its file,
+    or ``<folder> [series N]``), ``kind`` ``"volume"``, ``score`` = the mean of its ``topk`` highest
+    slice/frame scores (``topk = 1``: the maximum), ``n`` (pictures scored), ``window`` (its pictures'
+    window, or ``"per picture"`` when they differ), ``rule``, ``last`` (position of its last picture)."""
+    _check_topk(topk)
+    groups = {}
+    for i, r in enumerate(records):
+        if r.get("volume"):
+            groups.setdefault(r["volume"], []).append(i)
+    rows = []
+    for name, idx in groups.items():
+        s = np.sort(np.asarray([float(scores[i]) for i in idx]))[::-1]
+        k = min(topk, len(s))
+        windows = {records[i]["window"] for i in idx}
+        axes = {records[i]["axis"] for i in idx}
+        rows.append({"path": name, "kind": "volume", "index": None,
+                     "axis": axes.pop() if len(axes) == 1 else None, "score": float(s[:k].mean()), "n": len(idx),
+                     "window": windows.pop() if len(windows) == 1 else "per picture",
+                     "rule": "max of the slice scores" if k == 1 else f"mean of the {k} highest slice scores",
+                     "description": records[idx[0]]["description"], "last": idx[-1]})
+    return rows
+
+
+def _check_topk(topk) -> None:
+    if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1:
+        raise ValueError(f"volume top-k must be an integer >= 1, got {topk!r}")
 
 
 class Run(NamedTuple):
@@ -126,8 +177,9 @@ def load_run(run, *, checkpoint: str = "auto", device: str = "auto") -> Run:
 
 
 class _Images(torch.utils.data.Dataset):
-    """``(name, source)`` items (a path or a PIL image) -> ``{"index", "image"}``, or ``{"index",
-    "error"}`` for a file that cannot be read as an image (the caller warns or raises)."""
+    """``(name, source)`` items (a path, a PIL image or an ``adsim.data.medical.Source``) -> ``{"index",
+    "image", "window"}``, or ``{"index", "error"}`` for a file that cannot be read as an image (the caller
+    warns or raises)."""
 
     def __init__(self, items: list, size: int, clip_norm: bool):
         self.items, self.size, self.clip_norm = items, size, clip_norm
@@ -138,7 +190,8 @@ class _Images(torch.utils.data.Dataset):
     def __getitem__(self, i):
         src = self.items[i][1]
         try:
-            return {"index": i, "image": bmad.read_image(src, self.size, clip_norm=self.clip_norm)}
+            image, window = bmad.load_image(src, self.size, clip_norm=self.clip_norm)
+            return {"index": i, "image": image, "window": window}
         except bmad.UNREADABLE as err:
             return {"index": i, "error": f"{type(err).__name__}: {err}"}
 
@@ -146,13 +199,13 @@ class _Images(torch.utils.data.Dataset):
 def _collate(items: list) -> dict:
     ok = [it for it in items if "image" in it]
     return {"index": [it["index"] for it in ok], "image": torch.stack([it["image"] for it in ok]) if ok else None,
+            "window": [it["window"] for it in ok],
             "errors": [(it["index"], it["error"]) for it in items if "error" in it]}
 
 
-
-
-
-
+def _printable(name: str) -> str:
+    """``name`` on one line: control characters (a newline in a file name) shown escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
 
 
 class Detector:
@@ -223,32 +276,40 @@ class Detector:
             yield self._forward(batch["image"], maps), batch
 
     def predict(self, images, *, batch_size: int = 16, maps: bool = True, progress: bool = False,
-                strict: bool = False, overlays=None, num_workers: int = 0) -> Prediction:
-        """Score ``images`` (see :func:`image_items`); no labels needed. ``maps=False`` keeps no pixel
-        map; ``overlays=DIR`` writes one heatmap PNG per image while streaming (``adsim.inference.overlays``;
-        names: ``adsim.inference.overlays.overlay_names``). Unreadable files are skipped with one warning
-        naming each (``strict=True``: ``ValueError``); ``paths`` lists the images actually scored."""
+                strict: bool = False, overlays=None, num_workers: int = 0, axis="axial",
+                volume_topk: int = 1) -> Prediction:
+        """Score ``images`` (see :func:`image_items`: also DICOM files and series, NIfTI volumes sliced
+        along ``axis``, 16-bit PNG/TIFF, read by ``adsim.data.medical``); no labels needed. ``maps=False``
+        keeps no pixel map; ``overlays=DIR`` writes one heatmap PNG per image while streaming
+        (``adsim.inference.overlays``; names: ``adsim.inference.overlays.overlay_names``). Unreadable
+        files are skipped with one warning naming each and the reason (``strict=True``: ``ValueError``);
+        ``paths`` lists the images actually scored, ``records`` where each came from, ``volumes`` one
+        score per volume (:func:`volume_rows`: the mean of its ``volume_topk`` highest slice scores;
+        1 = the maximum)."""
         _check_batch_size(batch_size)
-        items = image_items(images)
+        _check_topk(volume_topk)
+        items = image_items(images, axis=axis)
         if not items:
             raise ValueError(f"images: nothing to score in {images!r}")
         names = None
         if overlays is not None:
-            names = overlay_names([n for n, _ in items])
+            names = overlay_names([f"{src.stem}.png" if isinstance(src, Source) else n for n, src in items])
         ds = _Images(items, self.method.image_size, self.method.clip_norm)
         loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                                              collate_fn=_collate, pin_memory=self.device.type == "cuda")
-        paths, scores, all_maps = [], [], []
+        paths, scores, all_maps, records = [], [], [], []
         for batch in tqdm(loader, desc="predict", disable=not progress, leave=False):
             for i, err in batch["errors"]:
                 if strict:
-                    raise ValueError(f"cannot read {items[i][0]} as an image ({err})")
-                warnings.warn(f"skipped {items[i][0]}: not a readable image ({err})", UnreadableImageWarning,
-                              stacklevel=2)
+                    raise ValueError(f"cannot read {_printable(items[i][0])} as an image ({err})")
+                warnings.warn(f"skipped {_printable(items[i][0])}: not a readable image ({err})",
+                              UnreadableImageWarning, stacklevel=2)
             if batch["image"] is None:
                 continue
             out = self._forward(batch["image"], maps or overlays is not None)
             paths += [items[i][0] for i in batch["index"]]
+            records += [record(items[i][0], items[i][1], w, names[i] if names else None)
+                        for i, w in zip(batch["index"], batch["window"])]
             scores.append(out.scores)
             if maps:
                 all_maps.append(out.maps)
@@ -258,7 +319,9 @@ class Detector:
                     write_overlay(Path(overlays) / names[i], rgb[j], out.maps[j], score=float(out.scores[j]))
         if not paths:
             raise ValueError(f"images: none of the {len(items)} inputs is a readable image")
-        return Prediction(paths, np.concatenate(scores), np.concatenate(all_maps) if maps else None)
+        scores = np.concatenate(scores)
+        return Prediction(paths, scores, np.concatenate(all_maps) if maps else None, records,
+                          volume_rows(records, scores, volume_topk))
 
 
 def _check_batch_size(batch_size) -> None:

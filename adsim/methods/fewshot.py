@@ -66,6 +66,7 @@ from torch import nn
 from adsim.data import bmad
 from adsim.data.domains import SPLITS, canonical_domain
 from adsim.data.images import image_items
+from adsim.data.medical import Source
 from adsim.methods.registry import Method, Output
 from adsim.model.backbone import upsample_patches
 
@@ -109,10 +110,12 @@ def _digest(path) -> str:
 
 
 def exclude_shots(samples: list, shots: list) -> list:
-    """``samples`` (``Sample`` s or paths) without the shot images (``Sample`` s or paths; PIL images are
-    ignored): same file (resolved path) or same content (SHA-1 of the bytes, so a copy of a shot elsewhere
-    in the data set is not scored either)."""
-    paths = {Path(getattr(s, "image", s)).resolve() for s in shots if not isinstance(s, Image.Image)}
+    """``samples`` (``Sample`` s, paths or ``adsim.data.medical.Source`` s) without the shot images (same
+    kinds; PIL images are ignored): same file (resolved path) or same content (SHA-1 of the bytes, so a
+    copy of a shot elsewhere in the data set is not scored either). A DICOM frame or NIfTI slice is the
+    same picture when file, axis and index agree (the volume's other slices are still scored)."""
+    pictures = {_picture(s) for s in shots if isinstance(s, Source)}
+    paths = {Path(getattr(s, "image", s)).resolve() for s in shots if not isinstance(s, (Image.Image, Source))}
     digests = {_digest(p) for p in paths}
     sizes = {p.stat().st_size for p in paths}
     kept = []
@@ -120,11 +123,19 @@ def exclude_shots(samples: list, shots: list) -> list:
         if isinstance(s, Image.Image):
             kept.append(s)
             continue
+        if isinstance(s, Source):
+            if _picture(s) not in pictures:
+                kept.append(s)
+            continue
         p = Path(getattr(s, "image", s)).resolve()
         if p in paths or (p.stat().st_size in sizes and _digest(p) in digests):
             continue
         kept.append(s)
     return kept
+
+
+def _picture(s: Source) -> tuple:
+    return Path(s.path).resolve(), s.kind, s.axis, s.index
 
 
 def load_images(items: list, method: Method) -> torch.Tensor:
