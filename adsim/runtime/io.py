@@ -14,6 +14,7 @@ import importlib
 import json
 import os
 import pickle
+import re
 import tempfile
 from pathlib import Path
 
@@ -73,6 +74,11 @@ def save_torch(path, obj) -> Path:
     return atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
+# how torch's refusal names the object it would have had to build
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+_CLASS = re.compile(r"but got <class '([\w.]+)'>")
+
+
 def _unsafe_globals(path) -> list:
     try:
         return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
@@ -87,10 +93,13 @@ def _read(path, map_location, allowed=()):
                 return torch.load(path, map_location=map_location, weights_only=True)
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
-        if "Weights only load failed" not in str(err):
+        text = str(err)
+        named = _GLOBAL.findall(text) + _CLASS.findall(text)
+        found = _unsafe_globals(path) or named
+        if "Weights only load failed" not in text or not found:  # not refused for an object: damaged
+            detail = text.split("WeightsUnpickler error:")[-1].strip().splitlines()
             raise ValueError(f"checkpoint {path} is corrupt or not a torch file (UnpicklingError: "
-                             f"{str(err).splitlines()[0] if str(err) else ''})") from None
-        found = _unsafe_globals(path) or ["a Python object"]
+                             f"{detail[0] if detail else ''})") from None
         raise UnsafeCheckpointError(
             f"checkpoint {path} holds {', '.join(found)} besides tensors, numbers, strings and plain "
             f"containers: refused, nothing in it was run (a run folder of an earlier adsim version that you "

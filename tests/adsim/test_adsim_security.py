@@ -2,6 +2,7 @@
 is refused by every command that reads checkpoints, and the marker never appears. Plus the bounds on
 the other inputs a run or a command line brings (``--set`` values, image sizes)."""
 import builtins
+import importlib
 import json
 import shutil
 from pathlib import Path
@@ -131,7 +132,7 @@ def test_no_full_pickle_load_in_the_packages():
     assert hits == []
 
 
-@pytest.mark.parametrize("value", ["'x' * 10**6", "[" * 150 + "]" * 150, "{'a': 1}", "(1, (2, 3))", "x" * 300])
+@pytest.mark.parametrize("value", ["(" + "1, " * 70 + ")", "[" * 90 + "]" * 90, "{'a': 1}", "(1, (2, 3))", "x" * 300])
 def test_set_values_are_bounded(value):
     with pytest.raises(ValueError, match="--set gamma"):
         recipes.parse_sets([f"gamma={value}"])
@@ -148,7 +149,7 @@ def test_image_sizes_the_backbone_cannot_use_are_refused_before_any_allocation(c
 
 
 def test_out_of_memory_is_one_line(monkeypatch, capsys, toy_root, tmp_path):
-    import adsim.training.train as training
+    training = importlib.import_module("adsim.training.train")  # the module (its train is a function too)
 
     def oom(*a, **k):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 40.00 GiB")
