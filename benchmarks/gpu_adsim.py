@@ -281,7 +281,8 @@ def run(args) -> str:
             warps = warps or default
             name = f"{kernel}, {warps} warp{'s' * (warps > 1)}"
             if warps == default:
-                name += ", match_sequential's default" if kernel == _gate_triton.DEFAULT_KERNEL else ", default warps"
+                name += (", match_sequential's default" if kernel == _gate_triton.resolve_kernel(_gate_triton.DEFAULT_KERNEL, "ema")
+                         else ", default warps")
             t = _time(_triton_variant(gates_exact("triton"), kernel, warps), device, **kw)
             add(f"exact sequential gates, all 8 slots, Triton kernel ({name}) ({n} patch features/layer)", t)
             if t_gates_triton is None or t < t_gates_triton:
