@@ -16,7 +16,7 @@ from pathlib import Path
 
 from adsim.cli import protocol as protocol_cli
 from adsim.config import recipes
-from adsim.config.choices import BACKBONES, METRICS, MODES, SCORES, ZERO_SHOT_METHODS
+from adsim.config.choices import BACKBONES, COMPILE_CHOICES, DEFAULT_COMPILE, METRICS, SCORES, ZERO_SHOT_METHODS
 from adsim.config.run import config_from_recipe
 from adsim.data.domains import DOMAINS
 
@@ -73,10 +73,15 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--no-progress", dest="progress", action="store_false")
     tr.add_argument("--trunk-cache", action="store_true",
                     help="compute the frozen trunk's tokens once and keep them in RAM (same result, faster epochs)")
-    tr.add_argument("--compile", nargs="?", const="auto", default=None, choices=MODES, metavar="MODE",
-                    help=f"torch.compile the step after the frozen trunk (same result up to float rounding, fewer "
-                         f"kernel launches; batched gate, one process). MODE: one of {MODES}; alone: auto = "
-                         "reduce-overhead (CUDA graphs) on CUDA, default elsewhere")
+    tr.add_argument("--compile", nargs="?", const="auto", default=DEFAULT_COMPILE, choices=COMPILE_CHOICES,
+                    metavar="MODE",
+                    help="torch.compile the step after the frozen trunk (same result up to float rounding, fewer "
+                         "kernel launches; one process; if compilation fails the run goes on eagerly after one "
+                         f"warning). MODE: one of {COMPILE_CHOICES}. Default without the flag: "
+                         f"{DEFAULT_COMPILE} = ON on a CUDA device (reduce-overhead: inductor + CUDA graphs; "
+                         "the first steps take minutes to compile), OFF (eager) on the CPU and under torchrun; "
+                         "--compile alone: auto = reduce-overhead on CUDA, default (inductor) elsewhere; "
+                         "--compile off: eager everywhere")
     _dist_args(tr)
 
     ev = sub.add_parser("eval", help="write RUN/metrics.json for the target's test split")
@@ -179,6 +184,15 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     print(f"warning: {message}", file=sys.stderr)
 
 
+def _one_line_for(category, show):
+    """``warnings.showwarning`` printing ``category`` as one ``warning:`` line and the rest with ``show``."""
+    def shown(message, cat, filename, lineno, file=None, line=None):
+        if issubclass(cat, category):
+            return _one_line_warning(message, cat, filename, lineno, file, line)
+        return show(message, cat, filename, lineno, file, line)
+    return shown
+
+
 def _predict(args) -> str:
     """``predict``: scores.csv (path, score; written atomically) and, unless ``--no-overlays``, one
     overlay PNG per image in ``--out``; unreadable files are skipped with one ``warning:`` line each."""
@@ -250,6 +264,7 @@ def main(argv=None) -> int:
             print(f"{len(done['computed'])} cells computed, {len(done['skipped'])} already done; "
                   f"wrote {Path(args.out) / 'table.md'}")
         elif args.command == "train":
+            from adsim.training.compiled_step import CompileFallbackWarning
             from adsim.training.train import train
 
             cfg = _train_config(args)
@@ -257,8 +272,11 @@ def main(argv=None) -> int:
             if cfg.select == "test":
                 print("WARNING: select='test' selects the checkpoint on the TARGET's test set "
                       "(authors' protocol): the result is optimistic and not zero-shot", file=sys.stderr)
-            out = train(cfg, resume=args.resume, progress=args.progress, trunk_cache=args.trunk_cache,
-                        compile_mode=args.compile)
+            with warnings.catch_warnings():  # a compiler failure: one "warning:" line, the run goes on eagerly
+                warnings.showwarning = _one_line_for(CompileFallbackWarning, warnings.showwarning)
+                warnings.simplefilter("always", CompileFallbackWarning)
+                out = train(cfg, resume=args.resume, progress=args.progress, trunk_cache=args.trunk_cache,
+                            compile_mode=args.compile)
             if distributed.is_main():
                 print(f"run written to {out}")
         else:

@@ -9,6 +9,6 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     submodules=['device', 'distributed', 'io'],
     submod_attrs={
         'io': ['check_writable', 'load_torch', 'read_json', 'save_torch', 'write_json'],
-        'device': ['PRECISIONS', 'autocast_dtype', 'resolve_device'],
+        'device': ['PRECISIONS', 'autocast_dtype', 'device_name', 'resolve_device'],
     },
 )
