@@ -90,8 +90,8 @@ def main(argv=None) -> int:
         rc, t, log = _run([*py, "eval", "--run", str(first_run), "--data", str(data), "--no-progress"], args.timeout)
         check(f"eval {first_run.name}", f"{t:.1f} s", "exit 0, metrics.json",
               rc == 0 and (first_run / "metrics.json").is_file(), log)
-        images = data / "Liver_AD" / "test"
-        rc, t, log = _run([*py, "predict", str(images), "--run", str(first_run), "--out", str(out / "predict")],
+        images = [str(data / "Liver_AD" / "test" / c / "img") for c in ("good", "Ungood")]
+        rc, t, log = _run([*py, "predict", *images, "--run", str(first_run), "--out", str(out / "predict")],
                           args.timeout)
         check("predict (Liver test images)", f"{t:.1f} s", "exit 0, scores.csv",
               rc == 0 and (out / "predict" / "scores.csv").is_file(), log)
