@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every open GPU measurement in one call (issues 12 and 14), for a lent GPU machine with a short
-# time budget. Run from the repository root:
+# Every open GPU measurement and everything a user runs, in one call, for a lent GPU machine with a
+# short time budget. Run from the repository root:
 #
 #     OUT=/some/dir bash benchmarks/gpu_session.sh
 #
@@ -9,10 +9,13 @@
 # (`pip download --no-deps -d .whl open_clip_torch ftfy wcwidth array_api_compat` beforehand; the
 # machine has no network). Writes into $OUT: env.txt, mc.md / mc.log (Monte-Carlo engine, 10^6
 # seeds, with the per-program split), cuda_tests.log (the gate kernels' decisions on the GPU against
-# the literal loop), ad.md / ad.log (ViT-L-14-336 steps, gates and targets). Nothing is written
-# into benchmarks/RESULTS.md: copy the tables there with the card's name.
-# Each step has its own timeout so that a slow one cannot eat the others' time; together they stay
-# under the device tool's 10-minute limit per command (9 min at most).
+# the literal loop), ad.md / ad.log (ViT-L-14-336 steps, gates and targets), e2e.log (toy data, train
+# eager and default-mode for every method, eval, predict, an engine run on all local devices) and
+# targets.md: ONE table of every target, measured vs target, met or not (also printed last). Nothing is
+# written into benchmarks/RESULTS.md: copy the tables there with the card's name.
+# Each section has its own timeout so that a slow one cannot eat the others' time; together they stay
+# under 8 minutes with the machine's start-up (env 10 s + 60 + 60 + 210 + 120 s = 460 s at most).
+# SECTIONS="mc gate ad e2e" (default: all) runs a subset.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to a folder for the results}
@@ -25,27 +28,48 @@ else
     export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1
+SECTIONS=${SECTIONS:-mc gate ad e2e}
+TARGETS="$OUT/targets.txt"
+: > "$TARGETS"
+on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   git log --oneline -1 2>/dev/null
   python3 -c "import sys, jax, torch; print(sys.version); print('jax', jax.__version__, jax.devices()); print('torch', torch.__version__)"
   python3 -c "import triton; print('triton', triton.__version__)"
 } 2>&1 | tee "$OUT/env.txt"
 
-# 1. Monte-Carlo engine (issue 14): both paths at 10^6 seeds, then one chunk split by program.
-#    Issue 22: the sufficient path also as an on-device summary (rows "summary on device"); targets
-#    <= 0.5 s per-seed, <= 0.2 s summary, first call <= 20 s. The second line: larger chunks
-#    (fewer matching loop trips per seed on a GPU), sufficient path only via --chunk.
-timeout 110 python3 benchmarks/gpu_montecarlo.py --profile --out "$OUT/mc.md" 2>&1 | tee "$OUT/mc.log"
-timeout 90 python3 benchmarks/gpu_montecarlo.py --chunk 524288 --no-write 2>&1 | tee "$OUT/mc_chunk512k.log"
+# 1. Monte-Carlo engine: both paths at 10^6 seeds, per seed and as an on-device summary (rows "summary on
+#    device"; targets <= 0.5 s per seed, <= 0.2 s summary, first call <= 20 s), then one chunk split by
+#    program; the second line tries larger chunks (fewer matching-loop trips per seed), sufficient path only.
+on mc && timeout 90 python3 benchmarks/gpu_montecarlo.py --profile --out "$OUT/mc.md" 2>&1 | tee "$OUT/mc.log"
+on mc && timeout 60 python3 benchmarks/gpu_montecarlo.py --chunk 524288 --no-write 2>&1 | tee "$OUT/mc_chunk512k.log"
 
-# 2. Exact sequential gate on the GPU (issue 12): Triton kernel and JAX scan vs the literal loop.
-JAX_PLATFORMS=cuda,cpu timeout 90 python3 -m pytest -q -p no:cacheprovider \
-    tests/adsim/test_adsim_gate_triton.py tests/adsim/test_adsim_gate.py -k "cuda" 2>&1 \
-    | tail -15 | tee "$OUT/cuda_tests.log"
+# 2. Exact sequential gate on the GPU: Triton kernels (the default "auto" = dots for the EMA, chords for
+#    slerp, and each kernel by name) and JAX scan vs the literal loop.
+if on gate; then
+    JAX_PLATFORMS=cuda,cpu timeout 60 python3 -m pytest -q -p no:cacheprovider \
+        tests/adsim/test_adsim_gate_triton.py tests/adsim/test_adsim_gate.py -k "cuda" 2>&1 \
+        | tail -15 | tee "$OUT/cuda_tests.log"
+    tail -1 "$OUT/cuda_tests.log" | grep -q " passed" && ! tail -1 "$OUT/cuda_tests.log" | grep -q "failed" \
+        && ok=yes || ok=NO
+    echo "gate kernels on CUDA equal the literal loop (pytest -k cuda)|$(tail -1 "$OUT/cuda_tests.log")|all pass|$ok" \
+        >> "$TARGETS"
+fi
 
-# 3. adsim at ViT-L-14-336 (issues 12, 14), B = 16: eager steps, gates (JAX; Triton chords and dots kernels,
-#    6 rows of a warps sweep, ~1-3 s each with its compile), then the compiled steps (CUDA graphs; ~1 min
-#    of compilation each, not yet measured), targets. Every row is printed to ad.log as it is measured,
-#    so a timeout during the compiled steps keeps the rows before it.
-timeout 360 python3 benchmarks/gpu_adsim.py --results "$OUT/ad.md" --warmup 2 --iters 6 \
-    --skip-literal --batch-sizes 16 --sweep 2>&1 | grep -v "^WARNING:root" | tee "$OUT/ad.log"
+# 3. adsim at ViT-L-14-336, B = 16: eager steps, gates (JAX; Triton chords and dots kernels, 6 rows of a
+#    warps sweep, ~1-3 s each with its compile), then the steps in the default mode on CUDA (compiled,
+#    reduce-overhead: bare, naive, matching+VACA with the batched and the exact gate; their compile time
+#    is a row of its own), targets (also into targets.txt). Every row is printed to ad.log as it is
+#    measured, so a timeout during the compiled steps keeps the rows before it.
+on ad && timeout 210 python3 benchmarks/gpu_adsim.py --results "$OUT/ad.md" --warmup 2 --iters 6 \
+    --skip-literal --batch-sizes 16 --sweep --targets "$TARGETS" 2>&1 | grep -v "^WARNING:root" | tee "$OUT/ad.log"
+
+# 4. End to end, what a user runs (tiny backbone: a functional check; ViT-L's timings are section 3):
+#    make-toy-bmad (480 PNGs at 256 px, timed), train eager and in the default mode (compiled on CUDA)
+#    for naive, match (batched and exact gate) and anomalyclip, eval, predict, and the Monte-Carlo
+#    engine on all local devices; one row per check into targets.txt.
+on e2e && timeout 120 python3 benchmarks/gpu_e2e.py --out "$OUT/e2e" --targets "$TARGETS" --timeout 60 \
+    --n-per-class 16 --size 256 --image-size 64 --seeds 100000 2>&1 | grep -v "^WARNING:root" | tee "$OUT/e2e.log"
+
+# 5. One table of every target (measured vs target, met or not).
+python3 benchmarks/gpu_targets.py "$TARGETS" | tee "$OUT/targets.md"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from adsim.cli import protocol as protocol_cli
 from adsim.config import recipes
-from adsim.config.choices import BACKBONES, METRICS, MODES, SCORES, ZERO_SHOT_METHODS
+from adsim.config.choices import BACKBONES, COMPILE_CHOICES, DEFAULT_COMPILE, METRICS, SCORES, ZERO_SHOT_METHODS
 from adsim.config.run import config_from_recipe
 from adsim.data.domains import DOMAINS
 
@@ -75,10 +75,15 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--no-progress", dest="progress", action="store_false")
     tr.add_argument("--trunk-cache", action="store_true",
                     help="compute the frozen trunk's tokens once and keep them in RAM (same result, faster epochs)")
-    tr.add_argument("--compile", nargs="?", const="auto", default=None, choices=MODES, metavar="MODE",
-                    help=f"torch.compile the step after the frozen trunk (same result up to float rounding, fewer "
-                         f"kernel launches; batched gate, one process). MODE: one of {MODES}; alone: auto = "
-                         "reduce-overhead (CUDA graphs) on CUDA, default elsewhere")
+    tr.add_argument("--compile", nargs="?", const="auto", default=DEFAULT_COMPILE, choices=COMPILE_CHOICES,
+                    metavar="MODE",
+                    help="torch.compile the step after the frozen trunk (same result up to float rounding, fewer "
+                         "kernel launches; one process; if compilation fails the run goes on eagerly after one "
+                         f"warning). MODE: one of {COMPILE_CHOICES}. Default without the flag: "
+                         f"{DEFAULT_COMPILE} = ON on a CUDA device (reduce-overhead: inductor + CUDA graphs; "
+                         "the first steps take minutes to compile), OFF (eager) on the CPU and under torchrun; "
+                         "--compile alone: auto = reduce-overhead on CUDA, default (inductor) elsewhere; "
+                         "--compile off: eager everywhere")
     _dist_args(tr)
 
     ev = sub.add_parser("eval", help="write metrics.json for the target's test split (RUN/ or --out)")
@@ -240,6 +245,15 @@ def _settings(args, det) -> dict:
     return out
 
 
+def _one_line_for(category, show):
+    """``warnings.showwarning`` printing ``category`` as one ``warning:`` line and the rest with ``show``."""
+    def shown(message, cat, filename, lineno, file=None, line=None):
+        if issubclass(cat, category):
+            return _one_line_warning(message, cat, filename, lineno, file, line)
+        return show(message, cat, filename, lineno, file, line)
+    return shown
+
+
 def _predict(args) -> str:
     """``predict``: scores.csv (``adsim.inference.report``: where each score came from; written
     atomically), report.html and, unless ``--no-overlays``, one overlay PNG per picture in ``--out``;
@@ -249,7 +263,8 @@ def _predict(args) -> str:
     from adsim.inference.detector import Detector, UnreadableImageWarning
     from adsim.inference.report import write_report, write_scores_csv
     from adsim.methods.fewshot import exclude_shots
-    from adsim.runtime.io import check_writable, write_json
+    from adsim.runtime.files import check_writable
+    from adsim.runtime.io import write_json
 
     check_writable(args.out)  # before any work
     if args.run is not None:
@@ -294,7 +309,7 @@ def _predict(args) -> str:
 def _eval(args) -> dict:
     """``eval``: a run (``--run``) or a training-free method (``--zero-shot``, metrics.json in ``--out``)."""
     from adsim.evaluation.evaluate import evaluate, evaluate_zero_shot
-    from adsim.runtime.io import check_writable
+    from adsim.runtime.files import check_writable
 
     if args.zero_shot is not None:
         if args.target is None or args.out is None:
@@ -341,23 +356,37 @@ def _out_of_memory(err: RuntimeError) -> bool:
         or "not enough memory" in text
 
 
+def _make_toy(args) -> int:
+    """``make-toy-bmad``: NumPy and PIL only (no torch), so it starts at once."""
+    from adsim.data.toy import make_toy_bmad
+    from adsim.runtime.files import check_writable
+
+    try:
+        check_writable(args.dir, "make-toy-bmad DIR")  # before any work
+        root = make_toy_bmad(args.dir, n_per_class=args.n_per_class, size=args.size, seed=args.seed)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
+        return 2
+    print(f"wrote SIMULATED toy BMAD to {root}")
+    return 0
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "make-toy-bmad":
+        return _make_toy(args)
     # torch and the command's code load here, after parsing (``--help`` never gets this far)
     from adsim.runtime import distributed
-    from adsim.runtime.io import check_writable
+    from adsim.runtime.files import check_writable
 
     try:
         if args.command in ("train", "eval"):  # torchrun: join the process group (no-op otherwise)
             distributed.setup(args.device, args.dist_timeout)
 
-        if args.command == "make-toy-bmad":
-            from adsim.data.toy import make_toy_bmad
-
-            check_writable(args.dir, "make-toy-bmad DIR")  # before any work
-            root = make_toy_bmad(args.dir, n_per_class=args.n_per_class, size=args.size, seed=args.seed)
-            print(f"wrote SIMULATED toy BMAD to {root}")
-        elif args.command == "predict":
+        if args.command == "predict":
             print(_predict(args))
         elif args.command == "convert-run":
             print(_convert_run(args.run))
@@ -374,6 +403,7 @@ def main(argv=None) -> int:
             print(f"{len(done['computed'])} cells computed, {len(done['skipped'])} already done; "
                   f"wrote {Path(args.out) / 'table.md'}")
         elif args.command == "train":
+            from adsim.training.compiled_step import CompileFallbackWarning
             from adsim.training.train import train
 
             cfg = _train_config(args)
@@ -381,8 +411,11 @@ def main(argv=None) -> int:
             if cfg.select == "test":
                 print("WARNING: select='test' selects the checkpoint on the TARGET's test set "
                       "(authors' protocol): the result is optimistic and not zero-shot", file=sys.stderr)
-            out = train(cfg, resume=args.resume, progress=args.progress, trunk_cache=args.trunk_cache,
-                        compile_mode=args.compile)
+            with warnings.catch_warnings():  # a compiler failure: one "warning:" line, the run goes on eagerly
+                warnings.showwarning = _one_line_for(CompileFallbackWarning, warnings.showwarning)
+                warnings.simplefilter("always", CompileFallbackWarning)
+                out = train(cfg, resume=args.resume, progress=args.progress, trunk_cache=args.trunk_cache,
+                            compile_mode=args.compile)
             if distributed.is_main():
                 print(f"run written to {out}")
         else:

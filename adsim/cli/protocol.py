@@ -106,7 +106,8 @@ def main(args) -> str:
     from adsim.experiments import protocol, sources
     from adsim.experiments.figures import make_figures, recipes_summary, sweep_figures
     from adsim.experiments.sweep import sweep
-    from adsim.runtime.io import check_writable, read_json
+    from adsim.runtime.files import check_writable
+    from adsim.runtime.io import read_json
     from poolsim import atomic_write_text
 
     check_writable(args.out)  # before any work

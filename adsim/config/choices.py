@@ -18,8 +18,12 @@ BACKBONES = {
 # image score / pixel map of the adapter head (adsim.model.head explains each)
 SCORES = ("logit_max", "logit_mean", "authors_prob_mean")
 DEFAULT_SCORE = "logit_max"
-# torch.compile modes of the training step (adsim.training.compile)
+# torch.compile modes of the training step (adsim.training.compiled_step; a test checks they agree)
 MODES = ("auto", "default", "reduce-overhead")
+# what --compile accepts: a mode, "cuda" (the default: reduce-overhead on a CUDA device in one process,
+# else eager) or "off" (eager)
+COMPILE_CHOICES = (*MODES, "cuda", "off")
+DEFAULT_COMPILE = "cuda"
 # the matching core's metrics (poolsim's METRICS; a test checks they agree)
 METRICS = ("l2", "cosine", "geodesic")
 # the built-in training-free methods (adsim.methods.baselines registers them; a test checks they agree)

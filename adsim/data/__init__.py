@@ -7,8 +7,8 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submodules=['bmad', 'domains', 'images', 'medical', 'reference', 'sim', 'toy'],
     submod_attrs={
-        'domains': ['ALIASES', 'DOMAINS', 'MASKED', 'SPLITS', 'TASKS', 'canonical_domain'],
-        'bmad': ['IMAGE_EXT', 'SIMULATED_MARKER', 'UNREADABLE', 'ImageDataset', 'Sample', 'holdout', 'list_split', 'load_image', 'preprocess', 'preprocess_array', 'read_image', 'require_both_classes', 'simulated', 'unnormalise'],
+        'domains': ['ALIASES', 'DOMAINS', 'MASKED', 'SIMULATED_MARKER', 'SPLITS', 'TASKS', 'canonical_domain'],
+        'bmad': ['IMAGE_EXT', 'UNREADABLE', 'ImageDataset', 'Sample', 'holdout', 'list_split', 'load_image', 'preprocess', 'preprocess_array', 'read_image', 'require_both_classes', 'simulated', 'unnormalise'],
         'images': ['image_items'],
         'medical': ['MAX_PIXELS', 'MAX_VOXELS', 'Decoded', 'Source', 'UnreadableInput', 'decode', 'expand', 'expand_folder'],
         'toy': ['make_toy_bmad'],

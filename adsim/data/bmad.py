@@ -15,9 +15,7 @@ from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
 from PIL import Image
 
 from adsim.data import medical
-from adsim.data.domains import MASKED, SPLITS, canonical_domain
-
-SIMULATED_MARKER = "SIMULATED_TOY_DATA.txt"  # written by ``make-toy-bmad`` at the data root
+from adsim.data.domains import MASKED, SIMULATED_MARKER, SPLITS, canonical_domain
 
 
 def simulated(root) -> bool:

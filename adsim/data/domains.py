@@ -22,3 +22,7 @@ def canonical_domain(name: str) -> str:
         return ALIASES[key]
     raise ValueError(f"unknown domain/target {name!r}; must be one of {DOMAINS} "
                      f"(aliases: {sorted(ALIASES)})")
+
+# written by ``make-toy-bmad`` at the data root; ``adsim.data.bmad.simulated`` reads it (here, below bmad's
+# torch and open_clip imports, so that writing toy data loads neither)
+SIMULATED_MARKER = "SIMULATED_TOY_DATA.txt"

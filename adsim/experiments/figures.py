@@ -32,8 +32,10 @@ from adsim.data import (
 from adsim.data.domains import DOMAINS  # noqa: E402
 from adsim.experiments.protocol import METHODS  # noqa: E402
 from adsim.runtime.io import read_json
-from poolsim import verdict  # noqa: E402  (the one verdict rule for every claim line)
-from poolsim import atomic_write  # noqa: E402
+from poolsim import (
+    atomic_write,  # noqa: E402
+    verdict,  # noqa: E402  (the one verdict rule for every claim line)
+)
 
 FINAL = ("naive", "match-geodesic-vaca")
 ABLATION = ("match-l2", "match-cosine", "match-geodesic", "match-geodesic-vaca")

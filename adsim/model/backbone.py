@@ -244,10 +244,36 @@ def run_blocks(backbone: Backbone, x: torch.Tensor, blocks) -> torch.Tensor:
     return x
 
 
-def upsample_patches(values: torch.Tensor, grid: int, size: int, *, align_corners: bool = False) -> torch.Tensor:
+def bilinear_weights(grid: int, size: int, *, align_corners: bool = False, device=None,
+                     dtype=torch.float32) -> torch.Tensor:
+    """``(size, grid)``: row ``i`` holds the weights of bilinear interpolation (one axis) at output pixel
+    ``i``, ``max(0, 1 - |s_i - j|)`` at the source coordinate ``s_i`` -- ``(i + 1/2) grid / size - 1/2``
+    (``align_corners=False``) or ``i (grid - 1) / (size - 1)`` -- clamped to ``[0, grid - 1]``, as
+    ``torch.nn.functional.interpolate`` computes it (two neighbours, ``1 - l`` and ``l``)."""
+    i = torch.arange(size, device=device, dtype=torch.float64)
+    if align_corners:
+        src = i * ((grid - 1) / max(size - 1, 1))
+    else:
+        src = (i + 0.5) * (grid / size) - 0.5
+    src = src.clamp(0.0, grid - 1)
+    j = torch.arange(grid, device=device, dtype=torch.float64)
+    return (1.0 - (src[:, None] - j[None, :]).abs()).clamp(min=0.0).to(dtype)
+
+
+def upsample_patches(values: torch.Tensor, grid: int, size: int, *, align_corners: bool = False,
+                     matmul: bool = False) -> torch.Tensor:
     """``values: (..., N)`` on the ``grid x grid`` patch grid (``N = grid**2``) -> ``(..., size, size)``,
-    bilinear: the one map from patch values to pixels that every method's maps and losses use."""
+    bilinear: the one map from patch values to pixels that every method's maps and losses use.
+
+    ``matmul=True``: the same map as two matrix products ``W V W^T`` (:func:`bilinear_weights`; equal to
+    float rounding), which the training losses use: its backward is two matrix products where
+    ``interpolate``'s scatter-adds, and under ``torch.compile`` it lowers to matrix multiplications
+    instead of an index gather fused into the loss's reduction kernel."""
     lead = values.shape[:-1]
+    if matmul:
+        w = bilinear_weights(grid, size, align_corners=align_corners, device=values.device, dtype=values.dtype)
+        up = torch.matmul(torch.matmul(w, values.reshape(-1, grid, grid)), w.t())
+        return up.reshape(*lead, size, size)
     up = torch.nn.functional.interpolate(values.reshape(-1, 1, grid, grid), size=(size, size), mode="bilinear",
                                          align_corners=align_corners)
     return up.reshape(*lead, size, size)

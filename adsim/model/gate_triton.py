@@ -22,7 +22,8 @@ reductions. Two kernels (``kernel=``; their GPU times are in ``benchmarks/RESULT
   paths included) against ~1400 per warp at 4 warps, plus barriers, for the chords kernel's geodesic
   EMA gate (counted with nvdisasm, not timed). Compiled with FMA contraction (the chords kernel
   without: its values follow torch's separate roundings).
-  ``"auto"`` picks dots for the EMA, chords for slerp.
+  ``"auto"`` (the default, :data:`DEFAULT_KERNEL`) picks dots for the EMA, chords for slerp: on an
+  H100 dots was 4-7 times faster on the EMA gate (``benchmarks/RESULTS.md``).
 
 Chords kernel formulas: those of ``poolsim.core`` step by step (``normalize``, ``safe_norm``,
 ``distance``, ``ema_update``, ``slerp_update``, the gate of ``matching._decide``), with IEEE-rounded
@@ -105,7 +106,10 @@ METRIC_IDS = {"l2": 0, "cosine": 1, "geodesic": 2}
 MAX_D = 1024  # one (2, BLOCK_D) register tile per program; ViT-L's width is 768
 KERNELS = ("auto", "chords", "dots")
 DOTS_STAGES = 3  # the dots kernel's loads run 2 steps ahead (cp.async pipelining on sm_80+)
-DEFAULT_KERNEL = "chords"  # neither kernel is timed on a GPU yet: the first one stays until a benchmark decides
+# "auto": dots for the EMA, chords for slerp (the only kernel with it). On one H100 the 8 gates of a
+# ViT-L step (4,624 patch features per layer) took 4.5-4.9 ms with dots and 21-34 ms with chords
+# (by warp count; benchmarks/RESULTS.md), so dots wherever it applies.
+DEFAULT_KERNEL = "auto"
 
 
 class Decisions(NamedTuple):
@@ -360,6 +364,18 @@ def default_num_warps(kernel: str, d: int) -> int:
     return 1 if kernel == "dots" else min(8, max(1, triton.next_power_of_2(d) // 256))
 
 
+def resolve_kernel(kernel: str, update: str) -> str:
+    """The kernel that runs: ``"auto"`` -> ``"dots"`` for the EMA, ``"chords"`` for slerp; checks that
+    ``kernel`` is one of :data:`KERNELS` and implements ``update``."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if kernel == "auto":
+        return "dots" if update == "ema" else "chords"
+    if kernel == "dots" and update != "ema":
+        raise ValueError("kernel='dots' implements the EMA update only; use 'chords' or 'auto' for slerp")
+    return kernel
+
+
 def gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric: str, alpha: float,
                    update: str = "ema", tau: float | None = None, num_warps: int | None = None,
                    kernel: str = DEFAULT_KERNEL) -> Decisions:
@@ -368,20 +384,15 @@ def gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metri
     Shapes and meaning as ``matching._scan_decisions``: ``f: (S, n, d)`` unit features (float32),
     ``is_pos, is_neg: (n,)`` 0/1, ``c_*: (S, d)``, ``init_*: (S,)``; ``d <= MAX_D``. The tensors must be
     on a CUDA device, or on the CPU with Triton in interpreter mode (:func:`interpreted`).
-    ``kernel``: one of :data:`KERNELS` (module docstring): ``"chords"`` (default), ``"dots"`` (EMA
-    only), ``"auto"`` (dots for the EMA, chords for slerp). ``num_warps``: warps per program (default:
+    ``kernel``: one of :data:`KERNELS` (module docstring): ``"auto"`` (default: dots for the EMA,
+    chords for slerp), ``"chords"``, ``"dots"`` (EMA only). ``num_warps``: warps per program (default:
     :func:`default_num_warps`).
     """
     if metric not in METRIC_IDS:
         raise ValueError(f"metric must be one of {tuple(METRIC_IDS)}, got {metric!r}")
     if update not in ("ema", "slerp"):
         raise ValueError(f"centroid update must be one of ('ema', 'slerp'), got {update!r}")
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
-    if kernel == "auto":
-        kernel = "dots" if update == "ema" else "chords"
-    if kernel == "dots" and update != "ema":
-        raise ValueError("kernel='dots' implements the EMA update only; use 'chords' or 'auto' for slerp")
+    kernel = resolve_kernel(kernel, update)
     S, n, d = f.shape
     if not 1 <= d <= MAX_D:
         raise ValueError(f"the Triton gate takes feature width d in [1, {MAX_D}], got {d}")

@@ -364,6 +364,11 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
     return Matched(c_pos, c_neg, acc_pos, acc_neg, init_pos, init_neg)
 
 
+# Under torch.compile the sequential gate runs eagerly between compiled graphs (a graph break): its
+# decisions come from a JAX scan through DLPack or a hand-launched Triton kernel, which dynamo does not trace.
+_match_sequential_uncompiled = torch.compiler.disable(match_sequential)
+
+
 class CentroidBank(torch.nn.Module):
     """Centroid state for ``n_slots`` (layer, task) pairs, stored as buffers so it is checkpointed.
 
@@ -400,8 +405,8 @@ class CentroidBank(torch.nn.Module):
             out = _batched(f, (1.0 - y) * valid, y * valid, *state, metric=self.metric, alpha=self.alpha,
                            update=self.update, tau=self.tau)
         else:  # exact sequential gate, all slots in one compiled scan (EMA and slerp)
-            out = match_sequential(f, y, valid, *state, metric=self.metric, alpha=self.alpha, tau=self.tau,
-                                   update=self.update, scan_backend=self.scan_backend)
+            out = _match_sequential_uncompiled(f, y, valid, *state, metric=self.metric, alpha=self.alpha,
+                                               tau=self.tau, update=self.update, scan_backend=self.scan_backend)
         if self.training:
             with torch.no_grad():
                 self.c_pos[sl] = out.c_pos.detach()

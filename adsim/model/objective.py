@@ -2,8 +2,9 @@
 
 ``L_total = b1 Dice + b2 Focal + b3 BCE + l1 L_intra + l2 L_inter + l_var Var`` (Algorithm 1 with the
 recipe's weights). The matching terms run the centroid gate (:class:`adsim.model.matching.CentroidBank`)
-on the features the recipe's ``gate_unit`` selects; :func:`objective` is what the eager and the compiled
-training step both call.
+on the features the recipe's ``gate_unit`` selects; :func:`objective` is what the eager training step
+calls, and the compiled step (``adsim.training.compiled_step``) runs its two halves, :func:`head_terms`
+and :func:`total_loss`, as two compiled regions.
 """
 from __future__ import annotations
 
@@ -77,30 +78,55 @@ def matching_losses(cfg: TrainConfig, head: Head, feats, labels, masks, has_mask
     return intra, inter, keep
 
 
-def objective(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
-    """``L_total = b1 Dice + b2 Focal + b3 BCE + l1 L_intra + l2 L_inter + l_var Var`` (means over
-    layers). Updates the centroids (training mode). With ``gate_filter="skip_step"`` a sample with a
-    gate failure (any matched unit, any layer) gets weight 0 in every loss term (the authors skip its
-    optimiser step; ``n_pass`` = samples left). Returns ``(loss, {name: detached value})``."""
-    labels, masks, has_mask = batch["label"], batch["mask"], batch["has_mask"]
+def pixel_mask_weights(cfg: TrainConfig, batch) -> torch.Tensor:
+    """``(B,)`` 0/1: the images whose pixel losses count -- those with a mask, and with
+    ``cls_only_pixel_loss="none"`` only from a domain that has pixel masks."""
+    has_mask = batch["has_mask"]
     if cfg.cls_only_pixel_loss == "none" and "pixel_domain" in batch:
         has_mask = has_mask * batch["pixel_domain"]  # no pixel loss on either class without masks
-    size = masks.shape[-1]
-    n_layers = head.n_layers
-    parts = dict.fromkeys(("intra", "inter"), 0.0)
+    return has_mask
+
+
+def head_terms(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
+    """The part of the objective that needs the head's state: ``(seg_logits (L, B, N), image_logits
+    (L, B), var, intra, inter, keep (B,))``, updating the centroids (training mode); the matching
+    terms are 0 and ``keep`` all ones without centroids."""
+    labels = batch["label"]
+    intra = inter = labels.new_zeros(())
     keep = torch.ones_like(labels)  # (B,) per-sample loss weight
     if head.centroids is not None:
-        parts["intra"], parts["inter"], keep = matching_losses(cfg, head, feats, labels, masks, has_mask, grid)
-    # all layers at once: (L*B, S, S) logits against the masks repeated per layer (= mean over layers)
-    z = upsample_patches(torch.stack(feats.seg_logits), grid, size).flatten(0, 1)
+        intra, inter, keep = matching_losses(cfg, head, feats, labels, batch["mask"], pixel_mask_weights(cfg, batch),
+                                             grid)
+    return torch.stack(feats.seg_logits), feats.image_logits, feats.var, intra, inter, keep
+
+
+def total_loss(cfg: TrainConfig, seg_logits, image_logits, var, intra, inter, keep, batch, grid: int) -> tuple:
+    """``(loss, {name: detached value})`` from :func:`head_terms`' outputs: Dice and Focal on the patch
+    logits upsampled to the mask size, BCE on the image logits, and the weighted sum."""
+    labels, masks = batch["label"], batch["mask"]
+    has_mask = pixel_mask_weights(cfg, batch)
+    n_layers, size = seg_logits.shape[0], masks.shape[-1]
+    # all layers at once: (L*B, S, S) logits against the masks repeated per layer (= mean over layers);
+    # the upsampling as two matrix products (adsim.model.backbone.upsample_patches)
+    z = upsample_patches(seg_logits, grid, size, matmul=True).flatten(0, 1)
     masks_l, valid_l = masks.repeat(n_layers, 1, 1), (has_mask * keep).repeat(n_layers)
+    parts = {"intra": intra, "inter": inter}
     parts["dice"] = losses.dice_loss(torch.sigmoid(z), masks_l, valid_l)
     parts["focal"] = losses.focal_loss(z, masks_l, valid_l)
-    parts["bce"] = losses.bce_loss(feats.image_logits.flatten(), labels.repeat(n_layers), keep.repeat(n_layers))
-    parts["var"] = feats.var
+    parts["bce"] = losses.bce_loss(image_logits.flatten(), labels.repeat(n_layers), keep.repeat(n_layers))
+    parts["var"] = var
     parts["n_pass"] = keep.sum()
     loss = (cfg.beta_dice * parts["dice"] + cfg.beta_focal * parts["focal"] + cfg.beta_bce * parts["bce"]
             + cfg.lambda_intra * parts["intra"] + cfg.lambda_inter * parts["inter"]
             + cfg.lambda_var * parts["var"])
-    # on the loss's device (a naive run's 0.0 terms too: a CPU constant would keep CUDA graphs off, _compile)
+    # every part a tensor on the loss's device (a CPU constant would keep CUDA graphs off)
     return loss, {k: torch.as_tensor(v, device=loss.device).detach().float() for k, v in parts.items()}
+
+
+def objective(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
+    """``L_total = b1 Dice + b2 Focal + b3 BCE + l1 L_intra + l2 L_inter + l_var Var`` (means over
+    layers): :func:`head_terms` then :func:`total_loss`. Updates the centroids (training mode). With
+    ``gate_filter="skip_step"`` a sample with a gate failure (any matched unit, any layer) gets weight 0
+    in every loss term (the authors skip its optimiser step; ``n_pass`` = samples left). Returns
+    ``(loss, {name: detached value})``."""
+    return total_loss(cfg, *head_terms(cfg, head, feats, batch, grid), batch, grid)

@@ -6,9 +6,10 @@ import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
-    submodules=['device', 'distributed', 'io'],
+    submodules=['device', 'distributed', 'files', 'io'],
     submod_attrs={
-        'io': ['check_writable', 'load_torch', 'read_json', 'save_torch', 'write_json'],
-        'device': ['PRECISIONS', 'autocast_dtype', 'resolve_device'],
+        'files': ['check_writable'],
+        'io': ['UnsafeCheckpointError', 'convert_checkpoint', 'load_torch', 'plain', 'read_json', 'save_torch', 'write_json'],
+        'device': ['PRECISIONS', 'autocast_dtype', 'device_name', 'resolve_device'],
     },
 )

@@ -26,3 +26,11 @@ def autocast_dtype(precision: str, device: torch.device):
     if precision == "fp16" and device.type != "cuda":
         raise ValueError("precision 'fp16' needs a CUDA device (use fp32 or bf16 on CPU)")
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def device_name(device: torch.device) -> str:
+    """What a run records as its device kind: the GPU's name (``torch.cuda.get_device_name``, e.g.
+    ``"NVIDIA H100 80GB HBM3"``) for a CUDA device, else the device type (``"cpu"``)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import pickle
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -146,24 +144,3 @@ def convert_checkpoint(path) -> str:
     obj = _read(path, "cpu", allowed)
     save_torch(path, obj)
     return f"{path}: converted ({', '.join(found)} -> plain numbers and tensors)"
-
-
-def check_writable(folder, what: str = "--out") -> Path:
-    """Prove before any work that ``folder`` can be written (a temp file in it, or -- when it does not
-    exist yet -- in its nearest existing ancestor, so nothing is left behind); ``ValueError`` naming the
-    option and the folder otherwise."""
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{what} {folder} exists and is not a folder")
-    probe = folder
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ValueError(f"{what} {folder} is not writable ({probe} is a file, not a folder)")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".write-test.")
-        os.close(fd)
-        os.unlink(tmp)
-    except OSError as err:
-        raise ValueError(f"{what} {folder} is not writable ({err.strerror or err})") from None
-    return folder

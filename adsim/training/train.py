@@ -26,11 +26,17 @@ from adsim.methods import catalog
 from adsim.methods.registry import HeadMethod, Method
 from adsim.metrics.functional import auc_percent
 from adsim.model.backbone import build_backbone, fingerprint
-from adsim.model.head import Head, adapter_bottlenecks, make_head, text_embeddings, trunk_tokens
-from adsim.model.head import features_from_bottlenecks as _score
+from adsim.model.head import (
+    Head,
+    adapter_bottlenecks,
+    features_from_bottlenecks,
+    make_head,
+    text_embeddings,
+    trunk_tokens,
+)
 from adsim.model.objective import objective
 from adsim.runtime import distributed
-from adsim.runtime.device import autocast_dtype, resolve_device
+from adsim.runtime.device import autocast_dtype, device_name, resolve_device
 from adsim.runtime.io import load_torch, read_json, save_torch, write_json
 from adsim.training import compiled_step
 from adsim.training.cache import build_trunk_cache
@@ -134,22 +140,32 @@ def _batch_to(batch, device):
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
+def execution_record(ddp, device: torch.device, *, compile_mode: str | None, trunk_cache: bool) -> dict:
+    """``config.json``'s ``"execution"``: how this (re)start ran -- ``world_size`` (processes, e.g.
+    torchrun's), ``device`` (its type) and ``device_name`` (:func:`adsim.runtime.device.device_name`: the
+    GPU's name, or ``"cpu"``), the resolved ``compile`` mode (``None``: eager) and ``trunk_cache``."""
+    return {"world_size": ddp.size, "device": device.type, "device_name": device_name(device),
+            "compile": compile_mode, "trunk_cache": trunk_cache}
+
+
 def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trunk_cache: bool = False,
-          compile_mode: str | None = None) -> Path:
+          compile_mode: str | None = compiled_step.DEFAULT) -> Path:
     """Train and checkpoint under ``cfg.out``; returns the run folder.
 
     Under torchrun, data-parallel (``adsim.runtime.distributed``; ``cfg.batch_size`` is the global batch).
     ``trunk_cache``: compute the frozen trunk's tokens once and train from them (``adsim.training.cache``;
     same result, less time per epoch, RAM for the cache). ``compile_mode`` (one of
-    ``adsim.training.compiled_step.MODES``; ``None``: eager): ``torch.compile`` the step after the frozen trunk
-    (``adsim.training.compiled_step``; same result up to float rounding, fewer kernel launches; batched gate, one
-    process). Both are run settings, not recipe fields: recorded in ``config.json`` under
-    ``"execution"``, and ``--resume`` may change them."""
+    ``adsim.training.compiled_step.CHOICES``; default ``"cuda"``: compiled with CUDA graphs on a CUDA
+    device in one process, eager elsewhere; ``None`` or ``"off"``: eager): ``torch.compile`` the step
+    after the frozen trunk (``adsim.training.compiled_step``; same result up to float rounding, fewer
+    kernel launches; one process; falls back to eager with one warning if compilation fails). Both are
+    run settings, not recipe fields: recorded in ``config.json`` under ``"execution"`` (with the world
+    size and the device), and ``--resume`` may change them."""
 
     cfg = validate(cfg)
     ddp = distributed.setup(cfg.device)  # [distributed] world size 1 without torchrun
-    if compile_mode is not None:  # before any work: one-line error for a setting the compiled step lacks
-        compiled_step.check_compatible(cfg, trainer=_trainer(cfg), world_size=ddp.size)
+    if compile_mode not in (None, "off", compiled_step.DEFAULT):  # asked for: one-line error before any work
+        compiled_step.check_compatible(cfg, world_size=ddp.size)
     local_batch = distributed.local_batch_size(cfg.batch_size, ddp)
     progress = progress and ddp.rank == 0
     out = Path(cfg.out)
@@ -167,8 +183,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     _seed_everything(cfg.seed)
     device = distributed.local_device(resolve_device(cfg.device), ddp)
     amp = autocast_dtype(cfg.precision, device)
-    if compile_mode is not None:
-        compile_mode = compiled_step.resolve_mode(compile_mode, device)
+    compile_mode = compiled_step.resolve_mode(compile_mode, device, world_size=ddp.size)
     backbone = build_backbone(cfg.backbone, image_size=cfg.image_size, checkpoint=cfg.checkpoint,
                               quick_gelu=cfg.quick_gelu, seed=cfg.seed, device=device)
     spec = backbone.spec
@@ -193,7 +208,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         bmad.require_both_classes(selection, f"selection set ({cfg.select})")
     record = _jsonable(_config_record(cfg, backbone, prompts))
     record["n_train_images"] = len(samples)
-    record["execution"] = {"compile": compile_mode, "trunk_cache": trunk_cache}  # of the latest (re)start
+    # of the latest (re)start; "compile_failed" is added if the compiled step falls back to eager
+    record["execution"] = execution_record(ddp, device, compile_mode=compile_mode, trunk_cache=trunk_cache)
     if ddp.rank == 0:
         write_json(out / "config.json", record)
 
@@ -205,8 +221,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         scaler.load_state_dict(ckpt["scaler"])
         start, history, best = ckpt["epoch"] + 1, ckpt["history"], ckpt["best"]
     dataset = bmad.ImageDataset(samples, spec.image_size, clip_norm=cfg.clip_norm)
-    loss_fn = None if trainer is None else trainer.loss
-    if trainer is not None:  # a method's own training forward (adsim.methods.registry.Trainer)
+    loss_fn, regions = None if trainer is None else trainer.loss, None
+    if trainer is not None and compile_mode is not None:  # its forward and loss as two compiled regions
+        forward, loss_fn, regions = compiled_step.compiled_trainer(cfg, trainer, head, backbone, mode=compile_mode)
+    elif trainer is not None:  # a method's own training forward (adsim.methods.registry.Trainer)
         forward = lambda x: trainer.forward(head, backbone, x)  # noqa: E731
     else:
         if trunk_cache and start < cfg.epochs:
@@ -216,10 +234,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         else:
             per_rank = lambda h, x: adapter_bottlenecks(backbone, h, trunk_tokens(backbone, x))  # noqa: E731
         if compile_mode is None:
-            forward = distributed.data_parallel(head, per_rank, _score, device)
-        else:  # one process (check_compatible): the trunk eager, the rest of the step compiled
+            forward = distributed.data_parallel(head, per_rank, features_from_bottlenecks, device)
+        else:  # one process (resolve_mode, check_compatible): the trunk eager, the rest of the step compiled
             forward = (lambda x: x) if trunk_cache else (lambda x: trunk_tokens(backbone, x))  # noqa: E731
             loss_fn = compiled_step.compiled_loss(cfg, head, backbone, spec.grid, amp, mode=compile_mode)
+            regions = loss_fn.regions
     dataset = _PixelDomain(dataset, samples)
     for epoch in range(start, cfg.epochs):
         # shuffling depends only on (seed, epoch): a resumed run sees the same order
@@ -231,6 +250,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
                                                 gather=distributed.gather_dict if ddp.size > 1 else None,
                                                 loss_fn=loss_fn)}
         distributed.check_in_sync(head)
+        if regions is not None and regions.fell_back and "compile_failed" not in record["execution"]:
+            record["execution"]["compile_failed"] = True  # this run trained eagerly after the warning
+            if ddp.rank == 0:
+                write_json(out / "config.json", record)
         if selection:
             scored = head if trainer is None else trainer.method(cfg, backbone, head)
             entry["selection_score"] = selection_score(backbone, scored, selection, cfg, device)

@@ -124,6 +124,9 @@ def test_two_ranks_killed_resumed_equal_one_process(toy_root, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("run written to") == 1  # rank 0 reports, rank 1 is silent
     assert main([*_common(toy_root, one), "--epochs", str(epochs), *extra]) == 0
+    # the run folder says how many processes trained it (the latest (re)start)
+    executions = [json.loads((run / "config.json").read_text())["execution"] for run in (one, two)]
+    assert [e["world_size"] for e in executions] == [1, 2] and {e["device_name"] for e in executions} == {"cpu"}
     h1, h2 = _history(one), _history(two)
     assert [e["epoch"] for e in h2["history"]] == list(range(epochs)) and h1["best"] == pytest.approx(h2["best"])
     for e1, e2 in zip(h1["history"], h2["history"]):

@@ -91,6 +91,9 @@ for metric in _core.METRICS:
         CASES[f"vit-width-{metric}-{gate}-ema-dots"] = (_inputs(2, n=8, d=768), dict(metric=metric, tau=tau,
                                                                                      update="ema", alpha=0.5))
     CASES[f"edge-{metric}-ema-dots"] = (_edge_inputs(), dict(metric=metric, tau=None, update="ema", alpha=0.5))
+# the default kernel ("auto"), as match_sequential runs it: dots for the EMA, chords for slerp
+for _update in ("ema", "slerp"):
+    CASES[f"geodesic-adaptive-{_update}-auto"] = CASES[f"geodesic-adaptive-{_update}"]
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +115,10 @@ def interpreted(tmp_path_factory):
 
 
 def _kernel(name):
-    return "dots" if name.endswith("-dots") else _gate_triton.DEFAULT_KERNEL
+    """Each case names its kernel: ``-dots`` cases the dots kernel, the others the chords kernel (which
+    the default, ``"auto"``, still runs for slerp); ``-auto`` cases the default, as ``match_sequential``
+    calls it."""
+    return name.rsplit("-", 1)[1] if name.endswith(("-dots", "-auto")) else "chords"
 
 
 def _loop(f, y, valid, c_pos, c_neg, ip, in_, **kw):
@@ -136,7 +142,8 @@ def test_kernel_equals_the_literal_loop_and_the_jax_scan(interpreted, name):
     for k, (mine, oracle, jax_acc) in enumerate(((got.acc_pos, loop[2], scan[0]), (got.acc_neg, loop[3], scan[1]))):
         assert torch.equal(mine, oracle), f"decisions {('pos', 'neg')[k]} differ from the literal loop"
         assert torch.equal(mine, jax_acc), f"decisions {('pos', 'neg')[k]} differ from the JAX scan"
-    tol = dict(rtol=1e-6, atol=0) if _kernel(name) == "dots" else dict(rtol=0, atol=1e-6)  # dots: relative
+    dots = _gate_triton.resolve_kernel(_kernel(name), kw["update"]) == "dots"
+    tol = dict(rtol=1e-6, atol=0) if dots else dict(rtol=0, atol=1e-6)  # dots: relative
     torch.testing.assert_close(got.r_pos, scan[2], **tol)
     torch.testing.assert_close(got.r_neg, scan[3], **tol)
     torch.testing.assert_close(got.c_pos, loop[0], rtol=0, atol=1e-6)  # the kernel's in-register centroids
@@ -270,6 +277,15 @@ def test_dots_kernel_fits_its_warps_without_spills(num_warps, monkeypatch, capsy
     log = capsys.readouterr().out
     assert "Used " in log and " registers" in log, log
     assert "0 bytes spill stores, 0 bytes spill loads" in log, log
+
+
+def test_default_kernel_is_dots_for_the_ema_and_chords_for_slerp():
+    """``match_sequential`` calls the kernel without ``kernel=``: the default ``"auto"`` resolves to the
+    faster dots kernel for the EMA and to chords, the only one with slerp, for slerp."""
+    assert _gate_triton.DEFAULT_KERNEL == "auto"
+    assert _gate_triton.resolve_kernel(_gate_triton.DEFAULT_KERNEL, "ema") == "dots"
+    assert _gate_triton.resolve_kernel(_gate_triton.DEFAULT_KERNEL, "slerp") == "chords"
+    assert _gate_triton.resolve_kernel("chords", "ema") == "chords"
 
 
 def test_kernel_choice_is_checked():
