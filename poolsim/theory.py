@@ -382,7 +382,7 @@ def tau_band(eps_K: float, tau: float, m_M: float, L_M: float) -> TauBand:
 
     Domain: every finite ``eps_K >= 0``, ``tau > 0``, ``0 < m_M <= L_M``, zero and subnormals
     included; huge ratios give ``inf``. Each bound is computed in float64 with two roundings
-    (``/`` then ``-`` or ``+``), so it is exact when those operations are (e.g. issue 15's
+    (``/`` then ``-`` or ``+``), so it is exact when those operations are (e.g. the
     subnormal case ``tau_band(5e-324, 5e-324, 1, 1) = (1e-323, 0.0, True)``), otherwise within an
     ulp; ``nonempty`` read off ``include_within >= 0`` shares that rounding at the boundary
     ``tau = L_M eps_K``. A caller who builds ``||mu - mu_*||`` in floats must keep its own rounding
