@@ -25,12 +25,17 @@ compared quantities gets its exact mean and variance (:func:`Moments.paired`).
 Per cell and K the compared values are: eps of pooling, of subsampling, of matching at each
 ``tau`` of the grid ``taus``, and of matching at the data-driven tau rules (:data:`RULES`):
 
-* ``median_dist_c``: ``tau = c * median pairwise distance between the K domain sample means``;
-* ``plug_in``: :func:`poolsim.theory.recommend_tau` (L2: ``m_M = L_M = 1``, ``margin = 2``, no
-  harmful distance) with ``eps_K`` estimated from the data (ours): a pilot matching at
-  ``tau = median pairwise distance`` gives a matched set S; ``eps_hat = sqrt(tr Cov_S(xbar) / |S|)``
-  (the standard error of the matched mean, as if the matched domains were an unbiased sample of
-  the inliers); ``tau = 2 eps_hat``. Fewer than two matched domains: the pilot tau itself.
+* ``c x median distance``: ``tau = c * median_k ||xbar_k - med||``, the median distance of the K
+  domain sample means to their coordinate-wise median ``med`` (the matching's start): a robust
+  spread of the domains, computable by any user. (All K (K-1)/2 pairwise distances would be the
+  other natural scale -- about sqrt(2) times this one for Gaussian inliers -- but their median
+  cost ~3x the rest of the program, so the map uses the distance to the median.)
+* ``plug-in recommend_tau``: :func:`poolsim.theory.recommend_tau` (L2: ``m_M = L_M = 1``,
+  ``margin = 2``, no harmful distance) with ``eps_K`` estimated from the data (ours): a pilot
+  matching at ``tau = 2 x median distance`` gives a matched set S;
+  ``eps_hat = sqrt(tr Cov_S(xbar) / |S|)`` (the standard error of the matched mean, as if the
+  matched domains were an unbiased sample of the inliers); ``tau = 2 eps_hat``. Fewer than two
+  matched domains: the pilot tau itself.
 """
 from __future__ import annotations
 
@@ -46,8 +51,9 @@ from . import _engine, _rng
 
 LAWS = ("contaminated", "outlier_schedule")
 SHARE_DENOM = 36  # outlier_schedule shares are j / 36 (1/3 = 12/36 is the paper's "every third")
-MEDIAN_DIST_C = (0.5, 1.0, 1.5)
-RULES = tuple(f"median_dist_{c:g}" for c in MEDIAN_DIST_C) + ("plug_in",)
+MEDIAN_DIST_C = (1.0, 2.0, 3.0)
+PILOT_C = 2.0  # the plug-in rule's pilot: tau = PILOT_C x median distance to the median
+RULES = tuple(f"{c:g} x median distance" for c in MEDIAN_DIST_C) + ("plug-in recommend_tau",)
 PLUG_IN_MARGIN = 2.0
 
 
@@ -121,30 +127,65 @@ def _sorted_median(x):
     return 0.5 * (s[..., (K - 1) // 2, :] + s[..., K // 2, :])
 
 
-def _match(xt, c0, tau, spec: GridSpec):
-    """Domain-level L2 matching for a batch: ``xt (..., d, K)`` domain means (all count equally:
-    equal n), ``c0 (..., d)``, ``tau (...)`` -> ``(c (..., d), matched count (...))``. The same
-    iteration as :func:`poolsim._core.iterate_match`: gate ``||xbar_k - c|| < tau``, move to the
-    mean of the gated domains, stop at ``||c_next - c|| < tol`` or when nothing is gated (the
-    previous centroid is kept) or after ``max_iter`` trips."""
-    def body(state):
+def _match(x0, x1, c0, tau, spec: GridSpec, stages=((4, 8),)):
+    """Domain-level L2 matching (d = 2) for a batch of rows: ``x0, x1 (R, K)`` the two coordinates
+    of the domain sample means (every domain counts equally: equal n), ``c0 (R, 2)``, ``tau (R,)``
+    -> ``(c (R, 2), matched domains (R,))``. The iteration of :func:`poolsim._core.iterate_match`:
+    gate ``||xbar_k - c|| < tau`` (compared as squares), move to the mean of the gated domains,
+    stop at ``||c_next - c|| < tol``, or when nothing is gated (the previous centroid is kept), or
+    after ``max_iter`` trips.
+
+    Rows that have stopped are frozen by a select. ``stages``: after ``trips`` trips, if at most
+    ``R // divisor`` rows still iterate they are gathered into a batch of that size, iterated to
+    the end and scattered back (most rows stop within 3-5 trips, a few need up to ~20)."""
+    tau2 = tau * tau
+
+    def body(x0, x1, tau2, state):
         t, c, cnt, done = state
-        dist = jnp.sqrt(jnp.sum((xt - c[..., None]) ** 2, axis=-2))  # (..., K)
-        w = (dist < tau[..., None]).astype(xt.dtype)
+        d2 = (x0 - c[:, :1]) ** 2 + (x1 - c[:, 1:]) ** 2
+        w = (d2 < tau2[:, None]).astype(x0.dtype)
         total = jnp.sum(w, axis=-1)
         has = total > 0
-        mean = jnp.sum(w[..., None, :] * xt, axis=-1) / jnp.where(has, total, 1.0)[..., None]
-        c_next = jnp.where(has[..., None], mean, c)
-        moved = jnp.sqrt(jnp.sum((c_next - c) ** 2, axis=-1)) < spec.tol
-        new_done = ~has | moved
-        keep = done[..., None]
-        return (t + 1, jnp.where(keep, c, c_next), jnp.where(done, cnt, total),
-                done | new_done)
+        denom = jnp.where(has, total, 1.0)
+        mean = jnp.stack([jnp.sum(w * x0, axis=-1), jnp.sum(w * x1, axis=-1)], axis=-1) / denom[:, None]
+        c_next = jnp.where(has[:, None], mean, c)
+        moved = jnp.sum((c_next - c) ** 2, axis=-1) < spec.tol ** 2
+        return (t + 1, jnp.where(done[:, None], c, c_next), jnp.where(done, cnt, total),
+                done | ~has | moved)
 
-    state = (jnp.int32(0), c0, jnp.zeros(c0.shape[:-1], xt.dtype), jnp.zeros(c0.shape[:-1], bool))
-    _, c, cnt, _ = jax.lax.while_loop(lambda s: (s[0] < spec.max_iter) & ~jnp.all(s[3]), body,
-                                      state)
+    def loop(x0, x1, tau2, state, trips):
+        return jax.lax.while_loop(
+            lambda s: (s[0] < trips) & ~jnp.all(s[3]),
+            functools.partial(body, x0, x1, tau2), state)
+
+    R = x0.shape[0]
+    state = (jnp.int32(0), c0, jnp.zeros((R,), x0.dtype), jnp.zeros((R,), bool))
+    for trips, divisor in stages:
+        state = loop(x0, x1, tau2, state, trips)
+        size = max(1, R // divisor)
+
+        def compacted(state, size=size):
+            idx = jnp.nonzero(~state[3], size=size, fill_value=R)[0]
+            take = lambda a: jnp.take(a, idx, axis=0, mode="clip")  # noqa: E731
+            sub = (state[0], take(state[1]), take(state[2]), take(state[3]) | (idx >= R))
+            sub = loop(take(x0), take(x1), take(tau2), sub, spec.max_iter)
+            return (sub[0],) + tuple(a.at[idx].set(b, mode="drop")
+                                     for a, b in zip(state[1:], sub[1:]))
+
+        state = jax.lax.cond(jnp.sum(~state[3]) <= size, compacted,
+                             lambda s: loop(x0, x1, tau2, s, spec.max_iter), state)
+    if not stages:
+        state = loop(x0, x1, tau2, state, spec.max_iter)
+    _, c, cnt, _ = state
     return c, cnt
+
+
+def _median_distance(x, centre):
+    """Median over the K rows of ``x (..., K, d)`` of their distance to ``centre (..., d)``."""
+    dist = jnp.sqrt(jnp.sum((x - centre[..., None, :]) ** 2, axis=-1))
+    K = x.shape[-2]
+    s = jnp.sort(dist, axis=-1)
+    return 0.5 * (s[..., (K - 1) // 2] + s[..., K // 2])
 
 
 def _draws(spec: GridSpec, keys):
@@ -200,32 +241,41 @@ def _chunk(spec: GridSpec, keys, weight, shares, shifts):
             chosen = (rank < m).astype(dtype)
             dom = x + (spread[:, ki, :K, None] * zs[:, ki, :K, :])
             sub = jnp.sum(chosen[:, :, None] * dom, axis=-2) / m
-            c0 = _sorted_median(x)
-            xt = jnp.swapaxes(x, -1, -2)  # (P, A, S, d, K)
-            taus = jnp.asarray(spec.taus, dtype)
+            c0 = _sorted_median(x)  # (P, A, S, d)
+            shape = c0.shape[:-1]
+            rows = int(np.prod(shape))
+            x0 = x[..., 0].reshape(rows, K)
+            x1 = x[..., 1].reshape(rows, K)
+            c0f = c0.reshape(rows, d)
             T = len(spec.taus)
-            cg, cnt = _match(xt[None], jnp.broadcast_to(c0[None], (T,) + c0.shape),
-                             jnp.broadcast_to(taus[:, None, None, None], (T,) + c0.shape[:-1]),
-                             spec)  # (T, P, A, S, d)
-            diff = x[..., :, None, :] - x[..., None, :, :]
-            pd_ = jnp.sqrt(jnp.sum(diff * diff, axis=-1))  # (P, A, S, K, K)
-            iu = np.triu_indices(K, 1)
-            med = jnp.median(pd_[..., iu[0], iu[1]], axis=-1)  # (P, A, S)
+            taus = jnp.asarray(spec.taus, dtype)
+            med = _median_distance(x, c0).reshape(rows)
             crule = jnp.asarray(MEDIAN_DIST_C, dtype)
-            tr = crule[:, None, None, None] * med[None]
-            cr, cntr = _match(xt[None], jnp.broadcast_to(c0[None], tr.shape + (d,)), tr, spec)
+            # one batch: every grid tau and every median-distance rule, rows (tau, cell-seed)
+            tau_all = jnp.concatenate([jnp.repeat(taus, rows),
+                                       (crule[:, None] * med[None]).reshape(-1)])
+            nt = T + len(MEDIAN_DIST_C)
+            c_all, cnt_all = _match(jnp.tile(x0, (nt, 1)), jnp.tile(x1, (nt, 1)),
+                                    jnp.tile(c0f, (nt, 1)), tau_all, spec)
+            c_all = c_all.reshape((nt,) + shape + (d,))
+            cnt_all = cnt_all.reshape((nt,) + shape)
+            cg, cr = c_all[:T], c_all[T:]
+            cnt, cntr = cnt_all[:T], cnt_all[T:]
+            tr = (crule[:, None] * med[None]).reshape((len(MEDIAN_DIST_C),) + shape)
             # plug-in: eps_hat from the pilot (c = 1) matched set
-            pilot = cr[MEDIAN_DIST_C.index(1.0)]
-            dist = jnp.sqrt(jnp.sum((x - pilot[..., None, :]) ** 2, axis=-1))
-            w = (dist < med[..., None]).astype(dtype)
+            med = med.reshape(shape)
+            pilot = cr[MEDIAN_DIST_C.index(PILOT_C)]
+            t_pilot = PILOT_C * med
+            dist2 = jnp.sum((x - pilot[..., None, :]) ** 2, axis=-1)
+            w = (dist2 < (t_pilot * t_pilot)[..., None]).astype(dtype)
             ns_ = jnp.sum(w, axis=-1)
             mean_w = jnp.sum(w[..., None] * x, axis=-2) / jnp.maximum(ns_, 1.0)[..., None]
             var_w = (jnp.sum(w[..., None] * (x - mean_w[..., None, :]) ** 2, axis=(-2, -1))
                      / jnp.maximum(ns_ - 1.0, 1.0))
             eps_hat = jnp.sqrt(var_w / jnp.maximum(ns_, 1.0))
-            tp = jnp.where(ns_ >= 2, PLUG_IN_MARGIN * eps_hat, med)
-            tp = jnp.maximum(tp, 1e-6)
-            cp, cntp = _match(xt, c0, tp, spec)
+            tp = jnp.maximum(jnp.where(ns_ >= 2, PLUG_IN_MARGIN * eps_hat, t_pilot), 1e-6)
+            cp, cntp = _match(x0, x1, c0f, tp.reshape(-1), spec)
+            cp, cntp = cp.reshape(shape + (d,)), cntp.reshape(shape)
             ests = jnp.concatenate([pool[None], sub[None], cg, cr, cp[None]], axis=0)  # (V,P,A,S,d)
             eps = jnp.sqrt(jnp.sum(ests ** 2, axis=-1))  # (V, P, A, S)
             values.append(eps)
