@@ -127,55 +127,59 @@ def _sorted_median(x):
     return 0.5 * (s[..., (K - 1) // 2, :] + s[..., K // 2, :])
 
 
-def _match(x0, x1, c0, tau, spec: GridSpec, stages=((4, 8),)):
-    """Domain-level L2 matching (d = 2) for a batch of rows: ``x0, x1 (R, K)`` the two coordinates
-    of the domain sample means (every domain counts equally: equal n), ``c0 (R, 2)``, ``tau (R,)``
-    -> ``(c (R, 2), matched domains (R,))``. The iteration of :func:`poolsim._core.iterate_match`:
+def _match(xs, c0, tau, spec: GridSpec, stages=()):
+    """Domain-level L2 matching for a batch of rows: ``xs`` a tuple of d arrays ``(R, K)``, the
+    coordinates of the domain sample means (one array per coordinate, so every reduction runs over
+    the contiguous domain axis; every domain counts equally: equal n), ``c0 (R, d)``, ``tau (R,)``
+    -> ``(c (R, d), matched domains (R,))``. The iteration of :func:`poolsim._core.iterate_match`:
     gate ``||xbar_k - c|| < tau`` (compared as squares), move to the mean of the gated domains,
     stop at ``||c_next - c|| < tol``, or when nothing is gated (the previous centroid is kept), or
     after ``max_iter`` trips.
 
-    Rows that have stopped are frozen by a select. ``stages``: after ``trips`` trips, if at most
-    ``R // divisor`` rows still iterate they are gathered into a batch of that size, iterated to
-    the end and scattered back (most rows stop within 3-5 trips, a few need up to ~20)."""
+    Rows that have stopped are frozen by a select. ``stages`` (pairs ``(trips, divisor)``, none by
+    default): after ``trips`` trips, if at most ``R // divisor`` rows still iterate they are
+    gathered into a batch of that size, iterated to the end and scattered back. Most rows stop
+    within 3-5 trips and a few need up to ~20, but on the CPU the compaction did not pay for
+    itself here (same run time, twice the compile time; measured on the map's grid)."""
     tau2 = tau * tau
 
-    def body(x0, x1, tau2, state):
+    def body(xs, tau2, state):
         t, c, cnt, done = state
-        d2 = (x0 - c[:, :1]) ** 2 + (x1 - c[:, 1:]) ** 2
-        w = (d2 < tau2[:, None]).astype(x0.dtype)
+        d2 = sum((x - c[:, i:i + 1]) ** 2 for i, x in enumerate(xs))
+        w = (d2 < tau2[:, None]).astype(xs[0].dtype)
         total = jnp.sum(w, axis=-1)
         has = total > 0
         denom = jnp.where(has, total, 1.0)
-        mean = jnp.stack([jnp.sum(w * x0, axis=-1), jnp.sum(w * x1, axis=-1)], axis=-1) / denom[:, None]
+        mean = jnp.stack([jnp.sum(w * x, axis=-1) for x in xs], axis=-1) / denom[:, None]
         c_next = jnp.where(has[:, None], mean, c)
         moved = jnp.sum((c_next - c) ** 2, axis=-1) < spec.tol ** 2
         return (t + 1, jnp.where(done[:, None], c, c_next), jnp.where(done, cnt, total),
                 done | ~has | moved)
 
-    def loop(x0, x1, tau2, state, trips):
+    def loop(xs, tau2, state, trips):
         return jax.lax.while_loop(
             lambda s: (s[0] < trips) & ~jnp.all(s[3]),
-            functools.partial(body, x0, x1, tau2), state)
+            functools.partial(body, xs, tau2), state)
 
-    R = x0.shape[0]
-    state = (jnp.int32(0), c0, jnp.zeros((R,), x0.dtype), jnp.zeros((R,), bool))
+    xs = tuple(xs)
+    R = xs[0].shape[0]
+    state = (jnp.int32(0), c0, jnp.zeros((R,), xs[0].dtype), jnp.zeros((R,), bool))
     for trips, divisor in stages:
-        state = loop(x0, x1, tau2, state, trips)
+        state = loop(xs, tau2, state, trips)
         size = max(1, R // divisor)
 
         def compacted(state, size=size):
             idx = jnp.nonzero(~state[3], size=size, fill_value=R)[0]
             take = lambda a: jnp.take(a, idx, axis=0, mode="clip")  # noqa: E731
             sub = (state[0], take(state[1]), take(state[2]), take(state[3]) | (idx >= R))
-            sub = loop(take(x0), take(x1), take(tau2), sub, spec.max_iter)
+            sub = loop(tuple(take(x) for x in xs), take(tau2), sub, spec.max_iter)
             return (sub[0],) + tuple(a.at[idx].set(b, mode="drop")
                                      for a, b in zip(state[1:], sub[1:]))
 
         state = jax.lax.cond(jnp.sum(~state[3]) <= size, compacted,
-                             lambda s: loop(x0, x1, tau2, s, spec.max_iter), state)
+                             lambda s: loop(xs, tau2, s, spec.max_iter), state)
     if not stages:
-        state = loop(x0, x1, tau2, state, spec.max_iter)
+        state = loop(xs, tau2, state, spec.max_iter)
     _, c, cnt, _ = state
     return c, cnt
 
@@ -244,8 +248,7 @@ def _chunk(spec: GridSpec, keys, weight, shares, shifts):
             c0 = _sorted_median(x)  # (P, A, S, d)
             shape = c0.shape[:-1]
             rows = int(np.prod(shape))
-            x0 = x[..., 0].reshape(rows, K)
-            x1 = x[..., 1].reshape(rows, K)
+            xs = tuple(x[..., i].reshape(rows, K) for i in range(d))
             c0f = c0.reshape(rows, d)
             T = len(spec.taus)
             taus = jnp.asarray(spec.taus, dtype)
@@ -255,7 +258,7 @@ def _chunk(spec: GridSpec, keys, weight, shares, shifts):
             tau_all = jnp.concatenate([jnp.repeat(taus, rows),
                                        (crule[:, None] * med[None]).reshape(-1)])
             nt = T + len(MEDIAN_DIST_C)
-            c_all, cnt_all = _match(jnp.tile(x0, (nt, 1)), jnp.tile(x1, (nt, 1)),
+            c_all, cnt_all = _match(tuple(jnp.tile(a, (nt, 1)) for a in xs),
                                     jnp.tile(c0f, (nt, 1)), tau_all, spec)
             c_all = c_all.reshape((nt,) + shape + (d,))
             cnt_all = cnt_all.reshape((nt,) + shape)
@@ -274,7 +277,7 @@ def _chunk(spec: GridSpec, keys, weight, shares, shifts):
                      / jnp.maximum(ns_ - 1.0, 1.0))
             eps_hat = jnp.sqrt(var_w / jnp.maximum(ns_, 1.0))
             tp = jnp.maximum(jnp.where(ns_ >= 2, PLUG_IN_MARGIN * eps_hat, t_pilot), 1e-6)
-            cp, cntp = _match(x0, x1, c0f, tp.reshape(-1), spec)
+            cp, cntp = _match(xs, c0f, tp.reshape(-1), spec)
             cp, cntp = cp.reshape(shape + (d,)), cntp.reshape(shape)
             ests = jnp.concatenate([pool[None], sub[None], cg, cr, cp[None]], axis=0)  # (V,P,A,S,d)
             eps = jnp.sqrt(jnp.sum(ests ** 2, axis=-1))  # (V, P, A, S)
@@ -291,9 +294,15 @@ def _chunk(spec: GridSpec, keys, weight, shares, shifts):
     return sums, gram, jnp.stack(aux)
 
 
+# The figures CLI sets --xla_backend_optimization_level=0 for the whole process (compiling the
+# engine's many programs dominates there); this program is compiled once and then runs hundreds of
+# chunks, so it asks for full backend optimisation (measured ~4x faster per chunk on CPU).
+_COMPILER_OPTIONS = {"xla_backend_optimization_level": 3}
+
+
 @functools.lru_cache(maxsize=16)
 def _compiled(spec: GridSpec) -> Callable:
-    return jax.jit(functools.partial(_chunk, spec))
+    return jax.jit(functools.partial(_chunk, spec), compiler_options=_COMPILER_OPTIONS)
 
 
 def aux_names(spec: GridSpec) -> tuple:
@@ -304,7 +313,7 @@ def aux_names(spec: GridSpec) -> tuple:
             + tuple(f"matched domains, {r}" for r in RULES))
 
 
-def run_grid(spec: GridSpec, shares, shifts, *, seeds: int | np.ndarray, chunk: int = 32,
+def run_grid(spec: GridSpec, shares, shifts, *, seeds: int | np.ndarray, chunk: int = 16,
              progress: Callable[[int], None] | None = None) -> Moments:
     """The map's statistics for every cell: ``Moments`` with ``sums (n_n, n_K, P, A, V)``, ``gram
     (n_n, n_K, P, A, V, V)``, ``aux (n_n, n_K, P, A, Aux)`` over seeds ``0..seeds-1`` (or the
