@@ -6,6 +6,8 @@ Reproduces and tests "Beyond Pooling: Matching for Robust Generalization under D
 from . import flows as flows
 from . import metadist as metadist
 from . import theory as theory
+from ._advise import Advice as Advice
+from ._advise import advise as advise
 from ._da import da_score as da_score
 from ._multimodal import MultiMatched as MultiMatched
 from ._multimodal import match_multimodal as match_multimodal

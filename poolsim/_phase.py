@@ -94,6 +94,11 @@ class Moments(NamedTuple):
     def mean(self, i: int) -> np.ndarray:
         return self.sums[..., i] / self.n
 
+    def var(self, i: int) -> np.ndarray:
+        """Sample variance (ddof 1) over seeds of value i per cell."""
+        m = self.mean(i)
+        return np.maximum(self.gram[..., i, i] - self.n * m * m, 0.0) / max(self.n - 1, 1)
+
     def paired(self, i: int, j: int, w: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """Mean and sample variance (ddof 1) over seeds of ``value_i - w value_j`` per cell."""
         n = self.n

@@ -54,3 +54,13 @@ def test_adsim_python_example_runs(tmp_path):
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["pred"].scores.shape == (2,) and namespace["pred"].maps.shape == (2, 64, 64)
     assert len(list((tmp_path / "png").glob("*.png"))) == 2
+
+
+def test_advise_example_runs():
+    """The "Should I match?" block: poolsim.advise on a small data set (its seed count as written)."""
+    (code,) = [b for b in _blocks("python") if "advise(" in b]
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    advice = namespace["advice"]
+    assert advice.strategy in ("match", "pool") and advice.tau > 0
+    assert advice.vs_pool.n_seeds == namespace["SEEDS"]
