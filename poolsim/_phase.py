@@ -210,11 +210,13 @@ def _draws(spec: GridSpec, keys):
     return jax.vmap(one)(keys)
 
 
-def _chunk(spec: GridSpec, keys, weight, shares, shifts):
+def _chunk(spec: GridSpec, keys, weight, shares, shifts, taus, sigma, gamma):
     """One chunk of seeds over the whole grid -> per-cell sums, Gram and auxiliary sums.
 
     ``weight (S,)``: 1 for a real seed, 0 for the padding of the last chunk. ``shares (P,)``,
-    ``shifts (A,)`` traced; the n axis is static (its subsampling law differs)."""
+    ``shifts (A,)``, ``taus (T,)``, ``sigma``, ``gamma`` traced (their values in ``spec`` are
+    not read, so one compiled program serves every value); the n axis is static (its subsampling
+    law differs)."""
     Z, U, E, prio, uq, zs = _draws(spec, keys)  # (S, Kmax, d), (S, Kmax), ...
     S, Kmax, d = Z.shape
     dtype = Z.dtype
@@ -222,7 +224,7 @@ def _chunk(spec: GridSpec, keys, weight, shares, shifts):
     e1 = jnp.zeros(d, dtype).at[0].set(1.0)
     if spec.law == "contaminated":
         out = (U[None, :, :] < shares[:, None, None]).astype(dtype)  # (P, S, Kmax)
-        base = spec.gamma * Z  # (S, Kmax, d)
+        base = gamma * Z  # (S, Kmax, d)
         mu = (base[None, None] + out[:, None, :, :, None] * shifts[None, :, None, None, None]
               * e1)  # (P, A, S, Kmax, d)
     else:
@@ -232,15 +234,15 @@ def _chunk(spec: GridSpec, keys, weight, shares, shifts):
         u = e1 + spec.jitter * Z
         u = u / jnp.linalg.norm(u, axis=-1, keepdims=True)  # (S, Kmax, d)
         mu = jnp.where(out[:, None, None, :, None], shifts[None, :, None, None, None] * u,
-                       spec.gamma * Z)  # (P, A, S, Kmax, d)
+                       gamma * Z)  # (P, A, S, Kmax, d)
     stats, aux = [], []
     for ni, n in enumerate(spec.ns):
         values, auxv = [], []
-        xbar = mu + spec.sigma / math.sqrt(n) * E  # (P, A, S, Kmax, d)
+        xbar = mu + sigma / math.sqrt(n) * E  # (P, A, S, Kmax, d)
         lv, lp = _engine.collision_law(n, spec.n_sub)
         cdf = jnp.asarray(np.cumsum(lp)[:-1], dtype)
         q = jnp.asarray(lv, dtype)[jnp.searchsorted(cdf, uq, method="compare_all")]  # (S, nK, Kmax)
-        spread = spec.sigma * jnp.sqrt(jnp.maximum(q / spec.n_sub ** 2 - 1.0 / n, 0.0))
+        spread = sigma * jnp.sqrt(jnp.maximum(q / spec.n_sub ** 2 - 1.0 / n, 0.0))
         for ki, K in enumerate(spec.Ks):
             x = xbar[..., :K, :]
             pool = jnp.mean(x, axis=-2)
@@ -255,8 +257,7 @@ def _chunk(spec: GridSpec, keys, weight, shares, shifts):
             rows = int(np.prod(shape))
             xs = tuple(x[..., i].reshape(rows, K) for i in range(d))
             c0f = c0.reshape(rows, d)
-            T = len(spec.taus)
-            taus = jnp.asarray(spec.taus, dtype)
+            T = taus.shape[0]
             med = _median_distance(x, c0).reshape(rows)
             crule = jnp.asarray(MEDIAN_DIST_C, dtype)
             # one batch: every grid tau and every median-distance rule, rows (tau, cell-seed)
@@ -326,6 +327,17 @@ def run_grid(spec: GridSpec, shares, shifts, *, seeds: int | np.ndarray, chunk: 
     a seed's values do not depend on the chunking. ``chunk`` seeds per call of the compiled
     program (one compile per ``spec``, grid size and chunk)."""
     shares, shifts = _check_grid(spec.law, shares, shifts)
+    taus = np.asarray(spec.taus, float)
+    if taus.size == 0 or not np.all(np.isfinite(taus)) or taus.min() <= 0:
+        raise ValueError(f"taus must be a non-empty tuple of finite numbers > 0, got {spec.taus}")
+    if not (math.isfinite(spec.sigma) and spec.sigma > 0):
+        raise ValueError(f"sigma must be a finite number > 0, got {spec.sigma}")
+    if not (math.isfinite(spec.gamma) and spec.gamma >= 0):
+        raise ValueError(f"gamma must be a finite number >= 0, got {spec.gamma}")
+    if not spec.Ks or min(spec.Ks) < 2 or list(spec.Ks) != sorted(set(spec.Ks)):
+        raise ValueError(f"Ks must be strictly increasing integers >= 2, got {spec.Ks}")
+    if not spec.ns or min(spec.ns) < 1:
+        raise ValueError(f"ns must be integers >= 1, got {spec.ns}")
     if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
         if seeds < 1:
             raise ValueError(f"seeds must be a positive count, got {seeds}")
@@ -333,7 +345,10 @@ def run_grid(spec: GridSpec, shares, shifts, *, seeds: int | np.ndarray, chunk: 
     seeds = np.asarray(seeds, np.int64)
     if chunk < 1:
         raise ValueError(f"chunk must be a positive integer, got {chunk}")
-    fn = _compiled(spec)
+    # the traced parameters are left out of the compiled program's cache key
+    fn = _compiled(spec._replace(taus=len(spec.taus), sigma=None, gamma=None))
+    dt = jnp.float32
+    traced = (jnp.asarray(spec.taus, dt), jnp.asarray(spec.sigma, dt), jnp.asarray(spec.gamma, dt))
     sh, sf = jnp.asarray(shares, jnp.float32), jnp.asarray(shifts, jnp.float32)
     tot = None
     for start in range(0, len(seeds), chunk):
@@ -341,7 +356,7 @@ def run_grid(spec: GridSpec, shares, shifts, *, seeds: int | np.ndarray, chunk: 
         padded = np.concatenate([block, np.full(chunk - len(block), block[-1])])
         keys = jax.vmap(_rng.fast_key)(jnp.asarray(padded, dtype=jnp.uint32))
         weight = jnp.asarray(np.arange(chunk) < len(block), jnp.float32)
-        part = [np.asarray(t, np.float64) for t in fn(keys, weight, sh, sf)]
+        part = [np.asarray(t, np.float64) for t in fn(keys, weight, sh, sf, *traced)]
         tot = part if tot is None else [a + b for a, b in zip(tot, part)]
         if progress is not None:
             progress(len(block))

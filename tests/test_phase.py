@@ -211,3 +211,53 @@ def test_advise_bad_input():
         advise(np.zeros((5, 4, 2)), seeds=10)
     with pytest.raises(ValueError, match="K >= 3"):
         advise(np.zeros((2, 4, 2)))
+
+
+# --- the CLI: optional figures ------------------------------------------------------------------
+
+def _fake(name, value=1.0):
+    import types
+
+    from poolsim import decide_claim
+
+    def compute(*, seeds, quick, progress=None):
+        df = pd.DataFrame({"panel": ["p"], "mean": [value], "n_seeds": [seeds]})
+        return _data.set_verdicts(df, [_data.claim(name, f"{name} is positive",
+                                                   decide_claim(np.full(seeds, value)), "x")])
+
+    def plot(df):
+        import matplotlib.pyplot as plt
+        return plt.figure()
+
+    return types.SimpleNamespace(NAME=name, compute=compute, plot=plot,
+                                 summarize=lambda df: f"## {name} -- fake\n\nvalue {value}\n")
+
+
+def test_default_run_skips_optional_figures_and_keeps_their_results(tmp_path, monkeypatch):
+    import poolsim.figures as figs
+    from poolsim.figures import __main__ as cli
+
+    mods = {"first": _fake("first"), "phase": _fake("phase", -1.0)}
+    monkeypatch.setattr(figs, "available", lambda: tuple(mods))
+    monkeypatch.setattr(figs, "load", mods.__getitem__)
+    monkeypatch.setenv("XLA_FLAGS", "")
+    out = tmp_path / "out"
+    assert cli.main(["--out", str(out), "--format", "png", "--seeds", "40", "--all"]) == 0
+    assert (out / "phase.png").is_file()
+    (out / "phase.png").unlink()
+    assert cli.main(["--out", str(out), "--format", "png", "--seeds", "40"]) == 0
+    assert not (out / "phase.png").exists()  # the default run does not make it ...
+    v = pd.read_csv(out / "verdicts.csv")  # ... but keeps its verdict row and section
+    assert v.figure.tolist() == ["first", "phase"]
+    assert v[_data.HOLM_COLUMN].tolist() == ["holds", "does not hold"]
+    assert "## phase -- fake" in (out / "summary.md").read_text()
+    with pytest.raises(SystemExit):
+        cli.main(["--all", "--only", "first"])
+
+
+def test_grid_rejects_bad_spec():
+    spec = _phase.GridSpec("contaminated", (10,), (50,), (1.0,))
+    for bad, msg in ((dict(taus=(0.0,)), "taus"), (dict(sigma=-1.0), "sigma"),
+                     (dict(gamma=math.nan), "gamma"), (dict(Ks=(10, 5)), "Ks"), (dict(ns=(0,)), "ns")):
+        with pytest.raises(ValueError, match=msg):
+            _phase.run_grid(spec._replace(**bad), [0.1], [1.0], seeds=2)
