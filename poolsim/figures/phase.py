@@ -419,17 +419,21 @@ def summarize(df: pd.DataFrame) -> str:
         cells = [f"{(g[f'{s}_fails_bh'] == _verdict.HOLDS).mean():.0%} / "
                  f"{g[f'{s}_regret'].median():.3f}" for s in RULE_LABELS]
         lines.append(f"| {law} | {K} | {n} | " + " | ".join(cells) + " |")
-    lines += ["", "Where each rule fails (cells where it fails, BH; contaminated and "
-              "outlier_schedule at the paper's K and n): mean share and mean shift of those "
-              "cells vs the grid's."]
+    lines += ["", "Where each rule fails (cells where it fails, BH; each law at the paper's K "
+              "and n): mean share and mean shift of those cells vs the grid's, and whether the "
+              "rule's (mean) tau lies below or above the near-best set [tau_best_low, "
+              "tau_best_high] (grid taus not significantly worse than the best, paired 95%)."]
     for law, cfg in LAWS.items():
         p, a, K, n = cfg["paper"]
         g = df[(df.law == law) & (df.K == K) & (df.n == n)]
         parts = []
         for s, lab in RULE_LABELS.items():
             f = g[g[f"{s}_fails_bh"] == _verdict.HOLDS]
+            small = (f[f"{s}_tau"] < f.tau_best_low).mean() if len(f) else 0.0
+            large = (f[f"{s}_tau"] > f.tau_best_high).mean() if len(f) else 0.0
             parts.append(f"{lab}: {len(f)} cells" + (
-                f" (mean share {f.share.mean():.2f}, mean shift {f['shift'].mean():.2f})"
+                f" (mean share {f.share.mean():.2f}, mean shift {f['shift'].mean():.2f}; its "
+                f"tau below the near-best set in {small:.0%}, above it in {large:.0%})"
                 if len(f) else ""))
         lines.append(f"- {law} (K={K}, n={n}; grid means: share {g.share.mean():.2f}, shift "
                      f"{g['shift'].mean():.2f}): " + "; ".join(parts) + ".")
