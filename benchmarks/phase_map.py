@@ -22,7 +22,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 CHILD = r"""
 import sys, time

@@ -261,3 +261,36 @@ def test_grid_rejects_bad_spec():
                      (dict(gamma=math.nan), "gamma"), (dict(Ks=(10, 5)), "Ks"), (dict(ns=(0,)), "ns")):
         with pytest.raises(ValueError, match=msg):
             _phase.run_grid(spec._replace(**bad), [0.1], [1.0], seeds=2)
+
+
+def test_on_the_fly_reduction_equals_per_seed_values_and_decide():
+    # One seed at a time, the sums ARE that seed's values; their sums, cross-products and the
+    # verdict decide_claim draws from them must equal the chunked, padded (40 = 16 + 16 + 8 seeds)
+    # run's reduced statistics and from_moments' verdict (float64 arithmetic: tight tolerance).
+    spec = _phase.GridSpec("contaminated", (10,), (20,), (0.8, 1.6))
+    shares, shifts = [0.1, 0.3], [1.0, 2.5]
+    per_seed = np.stack([_phase.run_grid(spec, shares, shifts, seeds=[s]).sums
+                         for s in range(40)])  # (40, 1, 1, P, A, V)
+    m = _phase.run_grid(spec, shares, shifts, seeds=40)
+    np.testing.assert_allclose(m.sums, per_seed.sum(0), rtol=1e-6)
+    np.testing.assert_allclose(m.gram, np.einsum("s...v,s...w->...vw", per_seed, per_seed),
+                               rtol=1e-6)
+    v = per_seed[:, 0, 0, 1, 1]  # cell p = 0.3, alpha = 2.5: (40, V)
+    ref = _verdict.decide(v[:, 0], v[:, 2])  # pooling vs matching at tau = 0.8
+    e, var = _phase.Moments(m.sums[0, 0, 1, 1], m.gram[0, 0, 1, 1], m.n, m.aux).paired(0, 2)
+    got = _verdict.from_moments(e, math.sqrt(var), m.n)
+    assert got.verdict == ref.verdict
+    np.testing.assert_allclose([got.estimate, got.ci_low, got.ci_high],
+                               [ref.estimate, ref.ci_low, ref.ci_high], rtol=1e-6)
+
+
+def test_plot_and_summary_render_from_the_committed_csv():
+    from poolsim.figures import phase as fig
+
+    df = pd.read_csv(ROOT / "figures" / "phase.csv")
+    text = fig.summarize(_data.set_verdicts(df, fig.claims(df)))
+    assert "## phase -- " in text and "Benjamini-Hochberg" in text
+    figure = fig.plot(df)
+    assert len(figure.axes) >= 12
+    import matplotlib.pyplot as plt
+    plt.close(figure)

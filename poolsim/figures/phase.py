@@ -42,8 +42,6 @@ LAWS = {
         shifts=np.arange(GRID) * 0.25, paper=(12 / 36, 2.5, 30, 100), experiment="domain_addition",
         share_label="outlier share s (= 1/every)", shift_label="outlier radius r"),
 }
-RULE_KEYS = {"paper tau": None, f"fixed tau={FIXED_TAU:g} (ours)": None,
-             **{r: r for r in _phase.RULES}}
 QUAD = 20_000  # quadrature points of the K -> infinity matching limit (Thm 1 overlay)
 
 
@@ -141,7 +139,7 @@ def _cell_frame(law: str, m: _phase.Moments, S: int) -> pd.DataFrame:
             out["tau_best"], out["tau_best_low"], out["tau_best_high"] = (
                 tau_best.ravel(), lo_set.ravel(), hi_set.ravel())
             out["eps_best"] = e_best.ravel()
-            for rule, short in _rule_columns(cfg).items():
+            for rule, short in _rule_columns().items():
                 if rule == "paper tau":
                     i_r, tau_r = i_paper, np.full(best.shape, cfg["tau"])
                 elif rule.startswith("fixed tau"):
@@ -190,7 +188,8 @@ def _half(var, S):
     return stats.t.ppf(0.5 + _verdict.LEVEL / 2, max(S - 1, 1)) * np.sqrt(var) / math.sqrt(S)
 
 
-def _rule_columns(cfg) -> dict:
+def _rule_columns() -> dict:
+    """``{rule name: its column prefix in phase.csv}``."""
     shorts = {"paper tau": "rule_paper", f"fixed tau={FIXED_TAU:g} (ours)": "rule_fixed"}
     for r, c in zip(_phase.RULES[:-1], _phase.MEDIAN_DIST_C):
         shorts[r] = f"rule_med{c:g}"
@@ -338,8 +337,7 @@ def plot(df: pd.DataFrame):
         cell = df[(df.law == law) & (df.K == Kp) & (df.n == nP)].sort_values(["share", "shift"])
         ax = axes[2, c]
         tb = np.ma.masked_invalid(_grid(cell, "tau_best", cfg).astype(float))
-        cm = plt.get_cmap("viridis").copy()
-        cm.set_bad("white")
+        cm = plt.get_cmap("viridis").with_extremes(bad="white")
         im = ax.pcolormesh(_edges(cfg["shifts"]), _edges(cfg["shares"]), tb, cmap=cm,
                            vmin=min(TAUS), vmax=max(TAUS))
         fig.colorbar(im, ax=ax, fraction=0.046,
