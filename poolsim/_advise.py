@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _checks, _core, _phase, _verdict
+from . import _checks, _core, _verdict
 
 TAU_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0)  # tau grid / s (ours)
 OUTLIER_QUANTILE = 0.99  # chi2_d quantile beyond which a domain mean counts as an outlier (ours)
@@ -125,6 +125,8 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
     seeds for choosing tau and as many fresh ones for the verdicts (>= 30 each). Takes ~10-30 s
     on a CPU (one compile of the map's program at the user's K, n). See the module docstring for
     the fit and the check."""
+    from . import _phase  # JAX: imported on first use, so `import poolsim` stays light
+
     m, sz, sig = _inputs(X, means, sizes, sigma)
     seeds = _checks.integer("seeds", seeds, _verdict.MIN_SEEDS)
     K, d = m.shape
