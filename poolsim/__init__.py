@@ -10,6 +10,8 @@ from . import _verdict as verdict
 from . import flows as flows
 from . import metadist as metadist
 from . import theory as theory
+from ._advise import Advice as Advice
+from ._advise import advise as advise
 from ._da import da_score as da_score
 from ._io import atomic_write as atomic_write
 from ._io import atomic_write_text as atomic_write_text

@@ -67,18 +67,86 @@ def decide(a, b=None, *, threshold: float = 0.0, side: str = "greater",
     est = float(d.mean()) if n else math.nan
     if n < min_seeds:
         return Verdict(INCONCLUSIVE, est, math.nan, math.nan, n, threshold, side)
+    return from_moments(est, float(d.std(ddof=1)), n, threshold=threshold, side=side,
+                        min_seeds=min_seeds)
+
+
+def from_moments(mean: float, sd: float, n: int, *, threshold: float = 0.0,
+                 side: str = "greater", min_seeds: int = MIN_SEEDS) -> Verdict:
+    """:func:`decide` from the paired differences' mean, standard deviation (ddof 1) and count
+    instead of the values themselves (the rule is the same; used where the per-seed values are
+    reduced on the fly, e.g. the decision map)."""
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+    n = int(n)
+    if n < min_seeds:
+        return Verdict(INCONCLUSIVE, float(mean), math.nan, math.nan, n, float(threshold), side)
+    lo, hi, verdict = decide_arrays(np.asarray(mean, float), np.asarray(sd, float), n,
+                                    threshold=threshold, side=side)
+    return Verdict(str(verdict), float(mean), float(lo), float(hi), n, float(threshold), side)
+
+
+def decide_arrays(mean, sd, n: int, *, threshold=0.0, side: str = "greater"):
+    """Vectorised :func:`from_moments` (``n >= MIN_SEEDS`` seeds for every entry):
+    ``(ci_low, ci_high, verdict)`` arrays of ``mean``'s shape."""
     from scipy import stats
 
-    half = float(stats.t.ppf(0.5 + LEVEL / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
-    lo, hi = est - half, est + half
+    mean, sd = np.asarray(mean, float), np.asarray(sd, float)
+    half = stats.t.ppf(0.5 + LEVEL / 2, n - 1) * sd / math.sqrt(n)
+    lo, hi = mean - half, mean + half
     above, below = lo > threshold, hi < threshold
-    if not (above or below):
-        verdict = INCONCLUSIVE
-    elif above == (side == "greater"):
-        verdict = HOLDS
-    else:
-        verdict = DOES_NOT_HOLD
-    return Verdict(verdict, est, lo, hi, n, threshold, side)
+    claimed = above if side == "greater" else below
+    other = below if side == "greater" else above
+    verdict = np.where(claimed, HOLDS, np.where(other, DOES_NOT_HOLD, INCONCLUSIVE))
+    return lo, hi, verdict
+
+
+def p_value(estimate, ci_low, ci_high, n_seeds, threshold=0.0):
+    """Two-sided Student-t p-value of "mean difference = threshold", recovered from a verdict's
+    95% interval (``half = t_{0.975, n-1} sd / sqrt(n)``): below 0.05 exactly when the interval
+    excludes the threshold. NaN interval (fewer than MIN_SEEDS seeds): 1. A zero-width interval:
+    0 when the estimate differs from the threshold, else 1. Vectorised."""
+    from scipy import stats
+
+    est, lo, hi = (np.asarray(v, float) for v in (estimate, ci_low, ci_high))
+    n = np.asarray(n_seeds, float)
+    thr = np.asarray(threshold, float)
+    se = (hi - lo) / 2 / stats.t.ppf(0.5 + LEVEL / 2, np.maximum(n - 1, 1))
+    gap = np.abs(est - thr)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(se > 0, gap / np.where(se > 0, se, 1.0), np.where(gap > 0, np.inf, 0.0))
+    p = 2 * stats.t.sf(t, np.maximum(n - 1, 1))
+    return np.where(np.isfinite(lo) & np.isfinite(hi), p, 1.0)
+
+
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error control; any dependence)."""
+    p = np.asarray(p, float).ravel()
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adj
+    return out
+
+
+def benjamini_hochberg(p) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values (false discovery rate; ``scipy.stats.false_discovery_control``)."""
+    from scipy import stats
+
+    p = np.asarray(p, float).ravel()
+    return stats.false_discovery_control(p, method="bh") if p.size else p
+
+
+def adjusted_verdicts(estimate, threshold, side, p_adjusted, level: float = LEVEL):
+    """Verdicts after a multiplicity adjustment: the claimed side (``holds``) or the other side
+    (``does not hold``) where the adjusted p-value is below ``1 - level``, else ``inconclusive``.
+    ``side`` "greater"/"less" per entry. Vectorised."""
+    est, thr = np.asarray(estimate, float), np.asarray(threshold, float)
+    greater = np.asarray(side) == "greater"
+    sig = np.asarray(p_adjusted, float) < 1 - level
+    claimed = np.where(greater, est > thr, est < thr)
+    return np.where(sig & claimed, HOLDS, np.where(sig, DOES_NOT_HOLD, INCONCLUSIVE))
 
 
 def all_of(parts) -> tuple[Verdict, int]:
@@ -153,4 +221,5 @@ def describe(v: Verdict, unit: str = "") -> str:
 
 
 __all__ = ["HOLDS", "DOES_NOT_HOLD", "INCONCLUSIVE", "OUTCOMES", "MIN_SEEDS", "Verdict", "decide",
-           "all_of", "within", "no_counterexample", "fmt", "describe"]
+           "from_moments", "decide_arrays", "p_value", "holm", "benjamini_hochberg",
+           "adjusted_verdicts", "all_of", "within", "no_counterexample", "fmt", "describe"]

@@ -93,3 +93,13 @@ def test_own_scans_example_runs_on_the_bundled_files(tmp_path):
     assert [r["kind"] for r in brain] == ["slice"] * 25 + ["volume"]  # anatomical.nii: 25 axial slices
     for out in ("pred_ct", "pred_brain"):
         assert (tmp_path / out / "report.html").is_file()
+
+
+def test_advise_example_runs():
+    """The "Should I match?" block: poolsim.advise on a small data set (its seed count as written)."""
+    (code,) = [b for b in _blocks("python") if "advise(" in b]
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    advice = namespace["advice"]
+    assert advice.strategy in ("match", "pool") and advice.tau > 0
+    assert advice.vs_pool.n_seeds == namespace["SEEDS"]

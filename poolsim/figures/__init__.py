@@ -5,7 +5,9 @@ Each module ``poolsim.figures.NAME`` follows the figure-module contract: ``NAME`
 ``summarize(df) -> str`` and, optionally, ``SIMULATIONS`` (the ``(experiment, params)`` pairs it
 reads, so the CLI can compile them up front and in parallel).
 
-To add a figure: write ``poolsim/figures/NAME.py`` to that contract and add NAME to ``FIGURES``.
+To add a figure: write ``poolsim/figures/NAME.py`` to that contract and add NAME to ``FIGURES``
+(made by default) or ``OPTIONAL`` (made only with ``--only NAME`` or ``--all``: figures that do not
+fit the default run's time budget).
 """
 from __future__ import annotations
 
@@ -14,11 +16,12 @@ from types import ModuleType
 
 FIGURES = ("synthetic_intro", "asymptotic", "symmetric", "domain_addition", "baselines",
            "flow_bridge", "multimodal")
+OPTIONAL = ("phase",)  # the decision map: ~2 min of Monte Carlo, not in the default run
 
 
 def available() -> tuple[str, ...]:
-    """The figure names, in the order they are made."""
-    return FIGURES
+    """Every figure name (default and optional), in the order they are made."""
+    return FIGURES + OPTIONAL
 
 
 def load(name: str) -> ModuleType:
@@ -29,4 +32,4 @@ def load(name: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{name}")
 
 
-__all__ = ["FIGURES", "available", "load"]
+__all__ = ["FIGURES", "OPTIONAL", "available", "load"]

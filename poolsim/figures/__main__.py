@@ -1,10 +1,14 @@
-"""Command line: ``python -m poolsim.figures [--out DIR] [--seeds S | --paper-seeds] [--only NAME ...]
-[--quick] [--format png,pdf]``.
+"""Command line: ``python -m poolsim.figures [--out DIR] [--seeds S | --paper-seeds]
+[--only NAME ... | --all] [--quick] [--format png,pdf]``.
+
+The default run makes the figures of ``FIGURES``; the optional ones (``OPTIONAL``: the ``phase``
+decision map, ~2 min of Monte Carlo) only with ``--only NAME`` or ``--all``.
 
 Writes, for each figure NAME, ``NAME.csv`` (every plotted number) and ``NAME.<format>`` files, plus
 ``verdicts.csv`` (one row per claim, decided by :func:`poolsim.decide_claim` on paired per-seed
-differences) and ``summary.md`` (one section per figure, its claim lines rendered from those
-rows). With ``--only`` the other figures' sections and verdict rows already in DIR are kept.
+differences, with ``verdict_holm``: the verdict after Holm's adjustment over every claim of the
+file) and ``summary.md`` (one section per figure, its claim lines rendered from those rows, and a
+table of the per-claim and Holm-adjusted verdicts). With ``--only`` the other figures' sections and verdict rows already in DIR are kept.
 Everything is first written into a temporary folder ``DIR/.figures-tmp-*`` (git-ignored) and only
 moved into DIR (``os.replace``, file by file) once every figure has succeeded, so a failed run
 leaves DIR as it was; files get the usual ``0644`` (umask) permissions.
@@ -62,13 +66,23 @@ def _parser(names) -> argparse.ArgumentParser:
     seeds.add_argument("--paper-seeds", action="store_true",
                        help=f"the paper's {PAPER_SEEDS}-seed picture (every verdict then "
                             "inconclusive: too few seeds for an interval)")
-    p.add_argument("--only", nargs="+", metavar="NAME",
-                   help=f"make only these figures (default: all): {', '.join(names)}")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--only", nargs="+", metavar="NAME",
+                       help=f"make only these figures (default: all but the optional "
+                            f"{', '.join(_optional(names))}): {', '.join(names)}")
+    which.add_argument("--all", action="store_true",
+                       help="make every figure, the optional ones too")
     p.add_argument("--quick", action="store_true",
                    help="at most 3 seeds (a smoke run; the numbers are then noisy)")
     p.add_argument("--format", default="png,pdf",
                    help=f"comma-separated image formats among {', '.join(FORMATS)} (default: png,pdf)")
     return p
+
+
+def _optional(names) -> list:
+    from . import OPTIONAL
+
+    return [n for n in names if n in OPTIONAL]
 
 
 def _check_out(out: Path) -> Path:
@@ -92,7 +106,11 @@ def _configure_xla() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {_OPT}=0".strip()
 
 
-def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper: bool) -> None:
+def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper: bool,
+          keep: bool | None = None) -> None:
+    """``keep`` (default: ``only``): keep the other figures' verdict rows and sections already in
+    ``out`` (the default run keeps the optional figures' ones)."""
+    keep = only if keep is None else keep
     import matplotlib
 
     matplotlib.use("Agg")
@@ -148,11 +166,12 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
             sections[name] = mod.summarize(df).rstrip("\n") + "\n"
             verdicts.append(_data.verdicts_of(df))
         table = pd.concat(verdicts, ignore_index=True)
-        if only:  # keep the other figures' rows and sections already in --out
+        if keep:  # keep the other figures' rows and sections already in --out
             table, sections = _merge(out, names, table, sections)
+        table = _data.with_holm(table)
         table.to_csv(tmp / "verdicts.csv", index=False)
         (tmp / "summary.md").write_text(_summary(names if only else None, seeds, S, quick, paper,
-                                                 sections, table))
+                                                 sections, table, kept=keep))
         for f in sorted(tmp.iterdir()):
             os.chmod(f, mode)
             os.replace(f, out / f.name)
@@ -180,7 +199,8 @@ def _merge(out: Path, names, table, sections):
     old_csv, old_md = out / "verdicts.csv", out / "summary.md"
     if old_csv.is_file():
         old = pd.read_csv(old_csv)
-        if set(_data.VERDICT_COLUMNS) <= set(old.columns):
+        if set(_data.VERDICT_COLUMNS) <= set(old.columns):  # the Holm column is recomputed
+            old = old[list(_data.VERDICT_COLUMNS)]
             table = pd.concat([old[~old["figure"].isin(names)], table], ignore_index=True)
     old_sections = _sections(old_md.read_text()) if old_md.is_file() else {}
     merged = {n: sections.get(n, old_sections.get(n)) for n in available()}
@@ -195,7 +215,8 @@ def _metadata(fmt: str) -> dict:
     return {"pdf": {"CreationDate": None}, "svg": {"Date": None}}.get(fmt, {})
 
 
-def _summary(only, seeds: int, S: int, quick: bool, paper: bool, sections: dict, table) -> str:
+def _summary(only, seeds: int, S: int, quick: bool, paper: bool, sections: dict, table,
+             kept: bool = False) -> str:
     import jax
 
     from .. import _verdict
@@ -215,7 +236,8 @@ def _summary(only, seeds: int, S: int, quick: bool, paper: bool, sections: dict,
         f"row says REAL; {picture} (0..{S - 1}) per engine experiment (the costly figures use the "
         f"first seeds only; each section states its count), the paper's parameters unless marked "
         f"(ours). Last command: `{cmd}` (JAX {jax.__version__})"
-        + (" -- sections of other figures were kept from earlier runs" if only else "") + ".",
+        + (" -- sections of other figures were kept from earlier runs" if (only or kept) else "")
+        + ".",
         "",
         f"Verdicts (`verdicts.csv`, one row per claim): each claim is decided on the PAIRED "
         f"per-seed difference of the quantities it compares, with a 95% Student-t interval: "
@@ -224,8 +246,37 @@ def _summary(only, seeds: int, S: int, quick: bool, paper: bool, sections: dict,
         f"fewer than {_verdict.MIN_SEEDS} seeds. Where the paper gives no threshold, ours is named. "
         f"This file: " + ", ".join(f"{counts.get(o, 0)} {o}" for o in _verdict.OUTCOMES) + ".",
         "",
+        *_holm_lines(table),
+        "",
     ]
     return "\n".join(head) + "\n" + "\n".join(sections.values())
+
+
+def _holm_lines(table) -> list:
+    """The multiplicity paragraph and the per-claim vs Holm-adjusted verdict table."""
+    from . import _data
+    from .. import _verdict
+
+    col = _data.HOLM_COLUMN
+    fam = int((table["side"] != "zero").sum())
+    counts = table[col].value_counts()
+    lines = [
+        f"Many claims at once: each verdict above is decided at 95% on its own, so among "
+        f"{len(table)} claims some could be misdecided by chance. Column `{col}` of "
+        f"`verdicts.csv` is the verdict after Holm's step-down adjustment over the {fam} tested "
+        f"claims of this file (family-wise error <= 5%; p-value: the two-sided t-test of each "
+        f"claim's paired difference against its threshold; 'no counterexample' claims are "
+        f"deterministic checks, not tests, and keep their verdict). Holm-adjusted: "
+        + ", ".join(f"{counts.get(o, 0)} {o}" for o in _verdict.OUTCOMES) + ".",
+        "",
+        "| figure | claim | per-claim verdict | Holm-adjusted |",
+        "|---|---|---|---|",
+    ]
+    for r in table.itertuples():
+        mark = "" if r.verdict == getattr(r, col) else " (changed)"
+        lines.append(f"| {r.figure} | {r.claim.replace('|', '/')} | {r.verdict} | "
+                     f"{getattr(r, col)}{mark} |")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -236,7 +287,8 @@ def main(argv=None) -> int:
     try:
         if args.seeds <= 0:
             raise ValueError(f"--seeds must be a positive integer, got {args.seeds}")
-        names = list(dict.fromkeys(args.only or names_all))
+        names = list(dict.fromkeys(args.only or (
+            names_all if args.all else [n for n in names_all if n not in _optional(names_all)])))
         bad = [n for n in names if n not in names_all]
         if bad:
             raise ValueError(f"unknown figure(s) {', '.join(bad)}; choose from {', '.join(names_all)}")
@@ -248,7 +300,8 @@ def main(argv=None) -> int:
         _configure_xla()
         seeds = PAPER_SEEDS if args.paper_seeds else args.seeds
         _make(names, out, seeds, args.quick, list(dict.fromkeys(formats)), bool(args.only),
-              seeds == PAPER_SEEDS and not args.quick)  # --seeds 10 is the paper's picture too
+              seeds == PAPER_SEEDS and not args.quick,  # --seeds 10 is the paper's picture too
+              keep=bool(args.only) or len(names) < len(names_all))
     except (ValueError, OSError) as exc:
         return _fail(str(exc))
     print(f"wrote {len(names)} figure(s), verdicts.csv and summary.md to {out}", file=sys.stderr)

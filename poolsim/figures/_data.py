@@ -226,6 +226,28 @@ def seeds_capped(seeds: int, quick: bool, cap: int) -> int:
 
 VERDICT_COLUMNS = ("figure", "claim", "verdict", "estimate", "ci_low", "ci_high", "n_seeds",
                    "threshold", "side", "compared", "source", "note")
+HOLM_COLUMN = "verdict_holm"  # added to verdicts.csv over the whole file (:func:`with_holm`)
+
+
+def with_holm(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (rows of verdicts.csv) with :data:`HOLM_COLUMN`: each claim's verdict after Holm's
+    step-down adjustment over every claim of the table (family-wise error 5% for the whole file).
+
+    A row's p-value is the two-sided Student-t p-value of its decided comparison, recovered from
+    its 95% interval (:func:`poolsim._verdict.p_value`; below 0.05 exactly when the per-claim
+    interval excludes the threshold); rows without an interval count as p = 1. Rows of "no
+    counterexample" claims (side "zero": a deterministic check on every seed, not a test) keep
+    their verdict and are not in the family."""
+    table = table.drop(columns=[HOLM_COLUMN], errors="ignore").copy()
+    test = (table["side"] != "zero").to_numpy()
+    out = table["verdict"].astype(object).to_numpy().copy()
+    if test.any():
+        t = table[test]
+        p = _verdict.p_value(t["estimate"], t["ci_low"], t["ci_high"], t["n_seeds"], t["threshold"])
+        out[test] = _verdict.adjusted_verdicts(t["estimate"], t["threshold"], t["side"],
+                                               _verdict.holm(p))
+    table[HOLM_COLUMN] = out
+    return table
 
 
 def claim(figure: str, text: str, v: _verdict.Verdict, compared: str, *, source: str = "paper",
