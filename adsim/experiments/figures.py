@@ -1,7 +1,8 @@
 """``python -m adsim figures --from RUN --out DIR``: the anomaly-detection figures and table of a protocol run.
 
-* ``ad_final.png`` -- AUC after each added domain (hardest order) per target/task, naive vs the paper's
-  method, mean over seeds with the min-max band; DA of this run and the paper's DA in the legend.
+* ``ad_final.png`` -- AUC after each added domain (hardest order) per target/task, naive, BiLoRA (the
+  continual-learning baseline) and the paper's method, mean over seeds with the min-max band; DA of this
+  run and the paper's DA in the legend.
 * ``ad_ablation.png`` -- the same for the matching metrics (l2, cosine, geodesic, geodesic + VACA).
 * ``ad_modality_gap.png`` -- Table-4-style similarities: paper (real BMAD) beside this run (measured).
 * ``ad_variance.png`` -- per-channel class vs modality variance of the final VACA head, before/after VACA.
@@ -36,9 +37,10 @@ from poolsim import verdict  # noqa: E402  (the one verdict rule for every claim
 from poolsim import atomic_write  # noqa: E402
 
 FINAL = ("naive", "match-geodesic-vaca")
+FIGURE_FINAL = ("naive", "bilora", "match-geodesic-vaca")  # the paper's Fig. "final" (MVFA, BiLoRA, ours)
 ABLATION = ("match-l2", "match-cosine", "match-geodesic", "match-geodesic-vaca")
-COLORS = dict(zip(METHODS, ("tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red")))
-STYLES = dict(zip(METHODS, ("-", "--", ":", "-.", "-")))
+COLORS = dict(zip(METHODS, ("tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
+STYLES = dict(zip(METHODS, ("-", "--", ":", "-.", "-", "--")))
 
 
 def _label(df) -> str:
@@ -241,7 +243,10 @@ def claims(proto, da, shared=None) -> list:
                        ("match-geodesic", "naive", "geodesic matching (no VACA) has higher DA than naive pooling"),
                        ("match-geodesic-vaca", "match-geodesic", "VACA raises the DA of geodesic matching"),
                        ("match-geodesic", "match-l2", "geodesic matching has higher DA than l2 matching"),
-                       ("match-geodesic", "match-cosine", "geodesic matching has higher DA than cosine matching")):
+                       ("match-geodesic", "match-cosine", "geodesic matching has higher DA than cosine matching"),
+                       ("match-geodesic-vaca", "bilora",
+                        "matching + VACA has higher DA than BiLoRA (continual learning, one domain per step)"),
+                       ("bilora", "naive", "BiLoRA has higher DA than naive pooling (MVFA)")):
         if not {a, b} <= methods:
             continue
         if shared.get(b) == a or shared.get(a) == b or (shared.get(a) and shared.get(a) == shared.get(b)):
@@ -286,7 +291,7 @@ def table_md(proto, da, shared=None, gains=None, var=None, recipe: dict | None =
              f"Final AUC = AUC after the last added domain, DA = Eq. 15 on the AUC after each step; both for "
              f"the {order} order, {proto['mode'].iloc[0]} mode; mean ± sd over "
              f"{proto['seed'].nunique()} seed(s). Columns \"paper, real BMAD\": Table 1 "
-             "(row MVFA-AD* for naive, Ours for match-geodesic-vaca) and the DA values stated in the captions "
+             "(row MVFA-AD* for naive, BiLORA* for bilora, Ours for match-geodesic-vaca) and the DA values stated in the captions "
              "of Fig. final / Fig. ablation; '-' = not reported. They are NOT comparable numbers: the paper "
              "ran real BMAD images through ViT-L-14-336; this run's data are described by its label.", "",
              *([f"Recipe: `{recipe.get('name')}` (docs/recipes.md) with gate_mode `{recipe.get('gate_mode')}`, "
@@ -434,9 +439,9 @@ def make_figures(src, out, *, sweep_dir=None) -> list:
         raise ValueError(f"{src}/protocol.csv has no rows")
     kind = proto["data"].iloc[0]
     figs = {}
-    if set(FINAL) & set(proto["method"]):
-        figs["ad_final"] = lambda: _curves(proto, da, [m for m in FINAL if m in set(proto["method"])],
-                                           "Domain addition: naive pooling vs geodesic matching + VACA")
+    if set(FIGURE_FINAL) & set(proto["method"]):
+        figs["ad_final"] = lambda: _curves(proto, da, [m for m in FIGURE_FINAL if m in set(proto["method"])],
+                                           "Domain addition: naive pooling, BiLoRA and geodesic matching + VACA")
     if set(ABLATION) & set(proto["method"]):
         figs["ad_ablation"] = lambda: _curves(proto, da, [m for m in ABLATION if m in set(proto["method"])],
                                               "Ablation of the matching metric")
