@@ -58,6 +58,7 @@ from montecarlo import append_table  # noqa: E402  (benchmarks/, the script's fo
 
 from adsim.config.prompts import prompt_ensemble
 from adsim.config.run import TrainConfig  # noqa: E402
+from adsim.methods.baselines import bilora  # noqa: E402
 from adsim.model.backbone import RandomWeightsWarning, build_backbone, frozen_tokens  # noqa: E402
 from adsim.model.head import features, make_head, text_embeddings, trunk_tokens  # noqa: E402
 from adsim.model.matching import CentroidBank, match, match_sequential  # noqa: E402
@@ -99,11 +100,17 @@ def _bare_loss(cfg, head, feats, batch):
     return torch.stack(feats.seg_logits).float().pow(2).mean() + feats.image_logits.float().pow(2).mean(), {}
 
 
-def _step_fn(backbone, cfg, text, batch, device, amp, kind, compiled=None):
+def _step_fn(backbone, cfg, text, batch, device, amp, kind, compiled=None, bilora_domains=0):
     """One training step of ``kind`` ("bare" or "full"); ``compiled=(mode, backend)``: everything after
-    the frozen trunk through ``adsim.training.compiled_step.compiled_loss`` (what ``train --compile`` runs)."""
+    the frozen trunk through ``adsim.training.compiled_step.compiled_loss`` (what ``train --compile`` runs).
+    ``bilora_domains=k``: the naive head with BiLoRA updates (adsim.methods.baselines.bilora), the step
+    training the k-th domain's cores with the k - 1 earlier ones frozen (the protocol's last step at k = 5)."""
     head = make_head(cfg, backbone.spec.width, backbone.spec.embed_dim, text).to(device)
-    opt = torch.optim.Adam(head.parameters(), lr=cfg.lr, betas=cfg.betas)
+    if bilora_domains:
+        bilora.attach(head)
+        for t in range(bilora_domains):
+            bilora.add_domain(head, t, seed=0)
+    opt = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=cfg.lr, betas=cfg.betas)
     if compiled is not None:
         post = _compile.compiled_loss(cfg, head, backbone, backbone.spec.grid, amp, mode=compiled[0],
                                       backend=compiled[1], loss_fn=_bare_loss if kind == "bare" else None)
@@ -229,6 +236,9 @@ def run(args) -> str:
         tn = _time(_step_fn(backbone, base._replace(method="naive", vaca=False), text, eb, device, amp, "full"),
                    device, **kw)
         add(f"naive-pooling step (B={bb})", tn, bb)
+        tb = _time(_step_fn(backbone, base._replace(method="naive", vaca=False), text, eb, device, amp, "full",
+                            bilora_domains=5), device, **kw)
+        add(f"BiLoRA step, 5th domain (naive objective) (B={bb})", tb, bb)
         tm = _time(_step_fn(backbone, base._replace(method="match", vaca=True, gate_mode="batched"), text, eb,
                             device, amp, "full"), device, **kw)
         add(f"matching+VACA step, batched gate (B={bb})", tm, bb)
