@@ -311,6 +311,9 @@ def table_md(proto, da, shared=None, gains=None, var=None, recipe: dict | None =
               f"interval (poolsim.verdict; fewer than {verdict.MIN_SEEDS} pairs or an interval containing the "
               "threshold -> inconclusive).", ""]
     lines += [f"- {c['claim']} This run: {c['text']}" for c in claims(proto, hard, shared)]
+    if "bilora" in set(proto["method"]):
+        lines.append("- bilora trains one domain per step on the previous step's head (BiLoRA updates, earlier "
+                     "domains' frozen) in either mode; its cells carry the run's mode only to pair with the others.")
     if da["order"].nunique() > 1:
         by = da.groupby(["method", "order"])["da"].mean().unstack()
         lines.append("- Paper: the reverse order (farthest domain first) is the easiest, the hardest order the most "
