@@ -63,7 +63,7 @@ from adsim.model.backbone import RandomWeightsWarning, build_backbone, frozen_to
 from adsim.model.head import features, make_head, text_embeddings, trunk_tokens  # noqa: E402
 from adsim.model.matching import CentroidBank, match, match_sequential  # noqa: E402
 from adsim.model.objective import objective
-from adsim.training import compile as _compile  # noqa: E402
+from adsim.training import compiled_step as _compile  # noqa: E402
 
 
 def _sync(device):
