@@ -60,11 +60,12 @@ from montecarlo import append_table  # noqa: E402  (benchmarks/, the script's fo
 
 from adsim.config.prompts import prompt_ensemble  # noqa: E402
 from adsim.config.run import TrainConfig  # noqa: E402
+from adsim.methods.baselines import bilora  # noqa: E402
 from adsim.model.backbone import RandomWeightsWarning, build_backbone, frozen_tokens  # noqa: E402
 from adsim.model.head import features, make_head, text_embeddings, trunk_tokens  # noqa: E402
 from adsim.model.matching import CentroidBank, match, match_sequential  # noqa: E402
 from adsim.model.objective import objective  # noqa: E402
-from adsim.training import compiled_step as _compile  # noqa: E402
+from adsim.training import compiled_step  # noqa: E402
 
 
 def _sync(device):
@@ -101,13 +102,19 @@ def _bare_loss(cfg, head, feats, batch):
     return torch.stack(feats.seg_logits).float().pow(2).mean() + feats.image_logits.float().pow(2).mean(), {}
 
 
-def _step_fn(backbone, cfg, text, batch, device, amp, kind, compiled=None):
+def _step_fn(backbone, cfg, text, batch, device, amp, kind, compiled=None, bilora_domains=0):
     """One training step of ``kind`` ("bare" or "full"); ``compiled=(mode, backend)``: everything after
-    the frozen trunk through ``adsim.training.compiled_step.compiled_loss`` (what ``train --compile`` runs)."""
+    the frozen trunk through ``adsim.training.compiled_step.compiled_loss`` (what ``train --compile`` runs).
+    ``bilora_domains=k``: the naive head with BiLoRA updates (adsim.methods.baselines.bilora), the step
+    training the k-th domain's cores with the k - 1 earlier ones frozen (the protocol's last step at k = 5)."""
     head = make_head(cfg, backbone.spec.width, backbone.spec.embed_dim, text).to(device)
-    opt = torch.optim.Adam(head.parameters(), lr=cfg.lr, betas=cfg.betas)
+    if bilora_domains:
+        bilora.attach(head)
+        for t in range(bilora_domains):
+            bilora.add_domain(head, t, seed=0)
+    opt = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=cfg.lr, betas=cfg.betas)
     if compiled is not None:
-        post = _compile.compiled_loss(cfg, head, backbone, backbone.spec.grid, amp, mode=compiled[0],
+        post = compiled_step.compiled_loss(cfg, head, backbone, backbone.spec.grid, amp, mode=compiled[0],
                                       backend=compiled[1], loss_fn=_bare_loss if kind == "bare" else None)
 
     def step():
@@ -151,7 +158,7 @@ def _compiled_steps(args, backbone, base, text, batch, device, amp, add, kw) -> 
         t0 = time.perf_counter()
         try:  # compilation (+ CUDA graph recording under reduce-overhead) and one step
             with warnings.catch_warnings():
-                warnings.simplefilter("always", _compile.CompileFallbackWarning)
+                warnings.simplefilter("always", compiled_step.CompileFallbackWarning)
                 step()
             step()  # raises if the first call fell back to eager
         except RuntimeError as err:  # a compiler failure is a row (and a failed target), not the end of the run
@@ -242,6 +249,9 @@ def run(args) -> str:
         tn = _time(_step_fn(backbone, base._replace(method="naive", vaca=False), text, eb, device, amp, "full"),
                    device, **kw)
         add(f"naive-pooling step (B={bb})", tn, bb)
+        tb = _time(_step_fn(backbone, base._replace(method="naive", vaca=False), text, eb, device, amp, "full",
+                            bilora_domains=5), device, **kw)
+        add(f"BiLoRA step, 5th domain (naive objective) (B={bb})", tb, bb)
         tm = _time(_step_fn(backbone, base._replace(method="match", vaca=True, gate_mode="batched"), text, eb,
                             device, amp, "full"), device, **kw)
         add(f"matching+VACA step, batched gate (B={bb})", tm, bb)
@@ -390,7 +400,7 @@ def main(argv=None) -> int:
     p.add_argument("--targets", default=None, help="also append the targets as name|measured|target|ok rows here")
     p.add_argument("--compile-steps", nargs="*", choices=tuple(_COMPILED), default=list(_COMPILED),
                    help="steps timed compiled (adsim.training.compiled_step) at --batch-size; no value: none")
-    p.add_argument("--compile-mode", choices=_compile.MODES[1:], default=None,
+    p.add_argument("--compile-mode", choices=compiled_step.MODES[1:], default=None,
                    help="torch.compile mode of the compiled rows (default: reduce-overhead on CUDA, default on CPU)")
     p.add_argument("--compile-backend", default=None,
                    help="torch.compile backend (default: inductor; aot_eager in the CPU smoke run)")

@@ -75,7 +75,7 @@ DA_PAPER_RANGES = {"AnomalyCLIP": (1.0102, 3.2632)}  # "varying widely from 1.01
 # MVFA-AD pools naively without matching or VACA; "Ours" = CS_GeodVar = geodesic matching + VACA.
 PAPER_NAME = {"naive": (("MVFA-AD",), "MVFA-AD*"), "match-l2": (("CS_L2",), None),
               "match-cosine": (("CS_Cosine",), None), "match-geodesic": (("CS_Geodesic",), None),
-              "match-geodesic-vaca": (("Ours", "CS_GeodVar"), "Ours")}
+              "match-geodesic-vaca": (("Ours", "CS_GeodVar"), "Ours"), "bilora": (("BiLORA",), "BiLORA*")}
 
 
 def table4(order=TABLE4_ORDER) -> np.ndarray:

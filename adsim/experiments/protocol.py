@@ -10,8 +10,11 @@ AUC (``AS``), in percent. ``cumulative`` trains step i from the same fresh initi
 exchangeability the paper tests holds exactly here); ``sequential`` continues step i-1's head and
 optimizer on domain i only. Methods: ``naive`` (MVFA-like: no matching, no VACA), ``match-l2``,
 ``match-cosine``, ``match-geodesic`` (matching with that gate metric, no VACA) and
-``match-geodesic-vaca`` (the paper's method). Every method of a (target, seed) starts from the same
-adapter initialisation and sees the same batches.
+``match-geodesic-vaca`` (the paper's method), and ``bilora``, the continual-learning baseline of the paper's
+Fig. "final": the naive head's objective, but step i trains only domain i, as a BiLoRA update (a bilinear
+frequency-domain low-rank delta per adapter weight, earlier domains' deltas frozen;
+:mod:`adsim.methods.baselines.bilora`) on step i-1's head, in either mode. Every method of a
+(target, seed) starts from the same adapter initialisation and sees the same batches.
 
 Outputs under ``--out`` (all written atomically): ``cells/*.json`` (one per finished cell: the record a
 resumed run keeps), ``protocol.csv`` (target, task, method, order, mode, seed, step, added, auc, data),
@@ -37,6 +40,7 @@ from adsim.config.protocol import METHODS, MODES, ORDERS
 from adsim.config.run import config_from_recipe
 from adsim.data.domains import DOMAINS, MASKED, TASKS, canonical_domain
 from adsim.inference.scoring import score_batches
+from adsim.methods.baselines import bilora
 from adsim.metrics.functional import auc_percent, smooth
 from adsim.model.head import make_head
 from adsim.runtime.io import read_json, write_json
@@ -147,10 +151,20 @@ def run_cell(source, settings: Settings, target, method, order, mode, seed, task
     t_idx = DOMAINS.index(target)
     domains = order_domains(source, target, order, seed)
 
+    continual = spec.get("continual")
+
     def new_head():
         torch.manual_seed(_seed(seed, t_idx, 11))  # same adapters for every method of (target, seed)
         head = make_head(cfg, source.width, source.embed_dim, source.text, n_layers=source.n_layers)
+        if continual == "bilora":
+            bilora.attach(head)
         return head, make_optimizer(cfg, head), torch.amp.GradScaler("cpu", enabled=False)
+
+    def next_domain(state, step):
+        """BiLoRA: freeze the earlier domains' updates, add domain ``step``'s; a fresh optimiser on them."""
+        head, _, scaler = state
+        cores = bilora.add_domain(head, step - 1, _seed(seed, t_idx, 13))
+        return head, torch.optim.Adam(cores, lr=cfg.lr, betas=cfg.betas), scaler
 
     def fit(state, doms, step):
         head, opt, scaler = state
@@ -162,7 +176,12 @@ def run_cell(source, settings: Settings, target, method, order, mode, seed, task
     for step in range(1, len(domains) + 1):
         last = step == len(domains)
         key = (target, method, seed, frozenset(domains[:step]))
-        if mode == "cumulative" and key in memo:
+        if continual == "bilora":
+            state = next_domain(state or new_head(), step)
+            fit(state, [domains[step - 1]], step)
+            res = _evaluate(source, state[0], target, tasks, settings.batch_size, cfg.scoring)
+            var = {"channels": [], "gains": []}
+        elif mode == "cumulative" and key in memo:
             res, var = memo[key]
         else:
             if mode == "cumulative" or state is None:
@@ -175,8 +194,13 @@ def run_cell(source, settings: Settings, target, method, order, mode, seed, task
                 memo[key] = (res, var)
         rows += [{"task": t, "step": step, "added": domains[step - 1], "auc": res[t]} for t in tasks]
         variance = var
-    return {"rows": rows, "variance": variance["channels"], "vaca_gains": variance["gains"],
-            "order_domains": domains}
+    out = {"rows": rows, "variance": variance["channels"], "vaca_gains": variance["gains"], "order_domains": domains}
+    if continual == "bilora":  # measured near-orthogonality of the domains' updates (all adapter weights)
+        cos = bilora.update_cosines(state[0])
+        pairs = cos[:, *torch.triu_indices(len(domains), len(domains), 1)].abs()
+        out["bilora_update_cosine"] = {"max_abs": float(pairs.nan_to_num(0.0).max()),
+                                       "mean_abs": float(pairs.nan_to_num(0.0).mean())}
+    return out
 
 
 def recipe_of_settings(settings: Settings) -> recipes.Recipe:

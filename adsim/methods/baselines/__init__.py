@@ -3,12 +3,15 @@
 * ``winclip`` (:mod:`.winclip`) -- WinCLIP, training-free (``ZERO_SHOT``).
 * ``anomalyclip`` (:mod:`.anomalyclip`) -- AnomalyCLIP, learned object-agnostic prompts, trained by
   ``python -m adsim train --recipe anomalyclip`` (``TRAINERS`` + ``TRAINED``).
+* ``bilora`` (:mod:`.bilora`) -- BiLoRA, the continual-learning baseline of the domain-addition protocol
+  (``python -m adsim protocol``, method ``bilora``): per-domain bilinear frequency-domain updates of the
+  adapter head; it registers no ``train`` method (the protocol adds domains one at a time).
 * MVFA-AD is not a file here: it is the adapter head under ``--recipe mvfa`` (``adsim.config.recipes``).
 
 ``docs/recipes.md`` lists what each one simplifies and where the published code differs.
 """
-__all__ = ["AnomalyCLIP", "PromptLearner", "WinCLIP", "anomalyclip", "winclip"]
+__all__ = ["AnomalyCLIP", "PromptLearner", "WinCLIP", "anomalyclip", "bilora", "winclip"]
 
-from adsim.methods.baselines import anomalyclip, winclip
+from adsim.methods.baselines import anomalyclip, bilora, winclip
 from adsim.methods.baselines.anomalyclip import AnomalyCLIP, PromptLearner
 from adsim.methods.baselines.winclip import WinCLIP

@@ -1,0 +1,185 @@
+"""BiLoRA: Zhu, Zhang, Dong, Koniusz, "BiLoRA: Almost-Orthogonal Parameter Spaces for Continual Learning",
+CVPR 2025, pp. 25613-25622 -- the continual-learning baseline of the paper's Fig. "final", run in the
+domain-addition protocol (``python -m adsim protocol``, method ``bilora``).
+
+What is public about BiLoRA and what this file takes from it: each task's weight update is a *bilinear*
+low-rank form ``Delta W_t = U_t K_t V_t^T`` whose outer factors are fixed frequency-domain bases and whose
+small core ``K_t`` is the task's only trainable parameter; tasks that use different frequency components
+occupy (almost) orthogonal parameter subspaces, so training a new task's core leaves the updates of the
+earlier tasks untouched and interferes little with them. The authors' code was not available to this
+project; the frequency bases, the rule that picks each task's components and the rank are this file's
+choices, listed below and in ``docs/recipes.md``.
+
+What this file computes, for every weight ``W0 (m, n)`` of the adapter head's linear layers (seg and det
+adapters, ``down`` and ``up``, every layer):
+
+* **Bases.** ``C_m (m, m)`` and ``C_n (n, n)``: orthonormal DCT-II matrices (:func:`dct_basis`; column ``k``
+  = frequency ``k``).
+* **One update per domain.** Domain ``t`` draws ``r`` row frequencies ``P_t`` of ``m`` and ``r`` column
+  frequencies ``Q_t`` of ``n``, uniformly without replacement, from a generator seeded by
+  ``(seed, t, slot)`` (:func:`draw_support`); ``Delta W_t = C_m[:, P_t] K_t C_n[:, Q_t]^T`` with the core
+  ``K_t (r, r)`` initialised to zero, so the step starts from the previous step's function. The layer's
+  weight is ``W0 + sum_t Delta W_t`` (:class:`BilinearDelta`, a ``torch.nn.utils.parametrize``
+  parametrisation: the head's forward is unchanged).
+* **What trains.** Only the current domain's cores. ``W0``, every bias and every earlier core are
+  frozen (BiLoRA freezes the pre-trained weights and the earlier tasks' parameters).
+* **Near-orthogonality, measured.** The DCT bases are orthonormal, so ``<Delta W_s, Delta W_t>_F`` is the
+  inner product of the two cores on the shared frequency pairs ``(P_s & P_t) x (Q_s & Q_t)`` only: it is
+  exactly 0 when the two domains share no pair, and in general ``|cos(Delta W_s, Delta W_t)|`` is at most
+  ``||K_s on shared|| ||K_t on shared|| / (||K_s|| ||K_t||)`` (Cauchy-Schwarz; :func:`overlap_bound`).
+  With independent uniform draws the expected fraction of shared pairs is ``(r / m) (r / n)``.
+  :func:`update_cosines` measures the Frobenius cosines of every pair of domains' updates.
+
+Departures from BiLoRA (also in ``docs/recipes.md``, section "BiLoRA and Mao et al."):
+
+* The adapted weights are the adapter head's, not a pre-trained ViT's attention weights: in adsim the
+  CLIP tower is frozen for every method and the adapter head is the trainable part. ``W0`` is the head's
+  initialisation (the same seeded initialisation as every other protocol method of the (target, seed)),
+  not a pre-trained weight.
+* DCT-II bases and uniform random frequency choice per domain (rank ``r = min(RANK, min(m, n) // 2)``):
+  the frequency transform, the selection rule and the rank of the published method are not reproduced.
+* No classifier head, replay or task identity: the objective is the adapter head's own (naive pooling,
+  no matching, no VACA), scored on the unseen target after each step like every other protocol method.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+RANK = 8  # frequencies per side and domain (capped at half the smaller side of each weight)
+
+
+def dct_basis(n: int) -> torch.Tensor:
+    """Orthonormal DCT-II matrix ``(n, n)``: column ``k`` is frequency ``k``,
+    ``C[i, k] = s_k cos(pi (i + 1/2) k / n)`` with ``s_0 = sqrt(1/n)``, ``s_k = sqrt(2/n)``; ``C^T C = I``."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    i = torch.arange(n, dtype=torch.float64)[:, None]
+    k = torch.arange(n, dtype=torch.float64)[None, :]
+    c = torch.cos(math.pi * (i + 0.5) * k / n) * math.sqrt(2.0 / n)
+    c[:, 0] = math.sqrt(1.0 / n)
+    return c.float()
+
+
+def draw_support(m: int, n: int, rank: int, seed: int, domain: int, slot: int) -> tuple:
+    """``(P (rank,), Q (rank,))``: row and column frequencies of one domain's update of one weight, drawn
+    uniformly without replacement from a generator seeded by ``(seed, domain, slot)`` (sorted)."""
+    if not 1 <= rank <= min(m, n):
+        raise ValueError(f"rank must be in [1, {min(m, n)}] for a ({m}, {n}) weight, got {rank!r}")
+    gen = torch.Generator().manual_seed(((int(seed) * 1_000_003 + int(domain)) * 1_000_003 + int(slot)) % 2 ** 63)
+    return (torch.randperm(m, generator=gen)[:rank].sort().values,
+            torch.randperm(n, generator=gen)[:rank].sort().values)
+
+
+class BilinearDelta(nn.Module):
+    """Parametrisation of one weight ``W0 (m, n)``: ``W0 + sum_t C_m[:, P_t] K_t C_n[:, Q_t]^T``."""
+
+    def __init__(self, m: int, n: int, rank: int):
+        super().__init__()
+        self.rank = rank
+        self.register_buffer("basis_rows", dct_basis(m))
+        self.register_buffer("basis_cols", dct_basis(n))
+        self.cores = nn.ParameterList()
+        self.rows: list = []
+        self.cols: list = []
+
+    def add_domain(self, rows: torch.Tensor, cols: torch.Tensor) -> nn.Parameter:
+        """Freeze the earlier cores and add a zero core on frequencies ``(rows, cols)``; returns it."""
+        for core in self.cores:
+            core.requires_grad_(False)
+        core = nn.Parameter(torch.zeros(self.rank, self.rank, device=self.basis_rows.device))
+        self.cores.append(core)
+        self.rows.append(rows.to(self.basis_rows.device))
+        self.cols.append(cols.to(self.basis_rows.device))
+        return core
+
+    def delta(self, t: int) -> torch.Tensor:
+        """Domain ``t``'s update ``(m, n)``."""
+        return self.basis_rows[:, self.rows[t]] @ self.cores[t] @ self.basis_cols[:, self.cols[t]].T
+
+    def forward(self, w0: torch.Tensor) -> torch.Tensor:
+        out = w0
+        for t in range(len(self.cores)):
+            out = out + self.delta(t).to(w0.dtype)
+        return out
+
+
+def adapted_linears(head) -> list:
+    """``[(slot name, nn.Linear)]``: every linear layer of the head's seg and det adapters, in a fixed order."""
+    return [(f"{kind}{k}.{part}", getattr(ad, part))
+            for kind, adapters in (("seg", head.seg_adapters), ("det", head.det_adapters))
+            for k, ad in enumerate(adapters) for part in ("down", "up")]
+
+
+def attach(head, *, rank: int = RANK) -> list:
+    """Put a :class:`BilinearDelta` on every adapter weight of ``head`` (in place) and freeze every other
+    parameter of the head; returns the parametrisations in :func:`adapted_linears` order. A head that
+    has matching centroids or VACA -> ``ValueError`` (BiLoRA here adapts the naive head)."""
+    if getattr(head, "vaca", None) is not None or getattr(head, "centroids", None) is not None:
+        raise ValueError("bilora adapts the naive adapter head: the head must have no VACA and no matching")
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        raise ValueError(f"rank must be an integer >= 1, got {rank!r}")
+    for p in head.parameters():
+        p.requires_grad_(False)
+    out = []
+    for _, lin in adapted_linears(head):
+        m, n = lin.weight.shape
+        bd = BilinearDelta(m, n, min(rank, min(m, n) // 2 or 1)).to(lin.weight.device)
+        parametrize.register_parametrization(lin, "weight", bd)
+        lin.parametrizations.weight.original.requires_grad_(False)
+        out.append(bd)
+    return out
+
+
+def parametrizations(head) -> list:
+    """The :class:`BilinearDelta` of every adapter weight (``ValueError`` if :func:`attach` was not run)."""
+    out = []
+    for name, lin in adapted_linears(head):
+        if not parametrize.is_parametrized(lin, "weight"):
+            raise ValueError(f"adapter weight {name} carries no BiLoRA update (call attach first)")
+        out.append(lin.parametrizations.weight[0])
+    return out
+
+
+def add_domain(head, domain: int, seed: int) -> list:
+    """Start domain ``domain`` (0, 1, ...): freeze the earlier cores, add a zero core on freshly drawn
+    frequencies per adapter weight; returns the new trainable cores (the parameters of this step)."""
+    bds = parametrizations(head)
+    if any(len(bd.cores) != domain for bd in bds):
+        raise ValueError(f"domain must be the next domain index {len(bds[0].cores)}, got {domain!r}")
+    return [bd.add_domain(*draw_support(bd.basis_rows.shape[0], bd.basis_cols.shape[0], bd.rank, seed, domain, slot))
+            for slot, bd in enumerate(bds)]
+
+
+@torch.no_grad()
+def update_cosines(head) -> torch.Tensor:
+    """``(S, T, T)``: per adapter weight (``S`` slots) the Frobenius cosine ``<dW_s, dW_t> / (|dW_s| |dW_t|)``
+    of every pair of domains' updates (NaN where an update is zero)."""
+    out = []
+    for bd in parametrizations(head):
+        d = torch.stack([bd.delta(t).flatten() for t in range(len(bd.cores))]).double()
+        norms = d.norm(dim=1)
+        out.append((d @ d.T) / (norms[:, None] * norms[None, :]))
+    return torch.stack(out)
+
+
+@torch.no_grad()
+def overlap_bound(bd: BilinearDelta, s: int, t: int) -> float:
+    """Upper bound on ``|cos(dW_s, dW_t)|`` from the shared frequency pairs alone: the norms of the two
+    cores restricted to ``(P_s & P_t) x (Q_s & Q_t)`` over their full norms (Cauchy-Schwarz); 0 when the
+    domains share no frequency pair."""
+    def restricted(a: int, b: int) -> float:
+        rows = torch.isin(bd.rows[a], bd.rows[b])
+        cols = torch.isin(bd.cols[a], bd.cols[b])
+        core = bd.cores[a].double()
+        full = float(core.norm())
+        return float(core[rows][:, cols].norm()) / full if full > 0 else 0.0
+    return restricted(s, t) * restricted(t, s)
+
+
+def trainable(head) -> list:
+    """The parameters that train at this step (the current domain's cores)."""
+    return [p for p in head.parameters() if p.requires_grad]
