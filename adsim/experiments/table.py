@@ -46,7 +46,8 @@ from poolsim import atomic_write
 # our method name -> the paper's Table-1 row it corresponds to (reference.TABLE1); "*" rows are the
 # paper authors' re-implementations. "match" = the paper's method only under the paper/authors recipe.
 PAPER_ROW = {"naive": "MVFA-AD*", "mvfa": "MVFA-AD*", "match": "Ours", "paper": "Ours", "authors": "Ours",
-             "winclip": "WinCLIP", "anomalyclip": "AnomalyCLIP*"}
+             "winclip": "WinCLIP", "anomalyclip": "AnomalyCLIP*",
+             "aprilgan": "APRIL-GAN"}
 RANDOM_WEIGHTS = ("RANDOM-WEIGHT BACKBONE (no --checkpoint): the AUCs of this run are MEANINGLESS; they only "
                   "show that the pipeline runs.")
 

@@ -3,12 +3,15 @@
 * ``winclip`` (:mod:`.winclip`) -- WinCLIP, training-free (``ZERO_SHOT``).
 * ``anomalyclip`` (:mod:`.anomalyclip`) -- AnomalyCLIP, learned object-agnostic prompts, trained by
   ``python -m adsim train --recipe anomalyclip`` (``TRAINERS`` + ``TRAINED``).
+* ``aprilgan`` (:mod:`.aprilgan`) -- APRIL-GAN, per-stage linear maps of the patch tokens into the text space,
+  trained by ``python -m adsim train --recipe aprilgan`` (``TRAINERS`` + ``TRAINED``).
 * MVFA-AD is not a file here: it is the adapter head under ``--recipe mvfa`` (``adsim.config.recipes``).
 
 ``docs/recipes.md`` lists what each one simplifies and where the published code differs.
 """
-__all__ = ["AnomalyCLIP", "PromptLearner", "WinCLIP", "anomalyclip", "winclip"]
+__all__ = ["APRILGAN", "AnomalyCLIP", "LinearMaps", "PromptLearner", "WinCLIP", "anomalyclip", "aprilgan", "winclip"]
 
-from adsim.methods.baselines import anomalyclip, winclip
+from adsim.methods.baselines import anomalyclip, aprilgan, winclip
 from adsim.methods.baselines.anomalyclip import AnomalyCLIP, PromptLearner
+from adsim.methods.baselines.aprilgan import APRILGAN, LinearMaps
 from adsim.methods.baselines.winclip import WinCLIP
