@@ -49,3 +49,10 @@ JAX_PLATFORMS=cuda,cpu timeout 90 python3 -m pytest -q -p no:cacheprovider \
 #    so a timeout during the compiled steps keeps the rows before it.
 timeout 360 python3 benchmarks/gpu_adsim.py --results "$OUT/ad.md" --warmup 2 --iters 6 \
     --skip-literal --batch-sizes 16 --sweep 2>&1 | grep -v "^WARNING:root" | tee "$OUT/ad.log"
+
+# 4. The baselines at ViT-L-14-336, B = 16: inference of the head, WinCLIP, AnomalyCLIP, APRIL-GAN, then one
+#    training step (forward, loss, backward) of the head and of every registered trainer.
+timeout 120 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 --iters 5 \
+    2>&1 | grep -v "^WARNING:root" | tee "$OUT/baselines.log"
+timeout 120 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 --iters 5 \
+    --train-step 2>&1 | grep -v "^WARNING:root" | tee "$OUT/baselines_step.log"
