@@ -3,6 +3,7 @@ data: what makes it APRIL-GAN -- one linear map per stage from the RAW patch tok
 frozen CLIP image score, its Focal + anomalous-channel Dice loss on align_corners=True maps -- each checked
 against a computation written the way their code (ByChelsea/VAND-APRIL-GAN: model.py, train.py, test.py,
 loss.py) writes it. The output contract and the run folder are covered by test_adsim_baselines.py."""
+import json
 import math
 
 import pytest
@@ -189,3 +190,20 @@ def test_train_eval_and_predict_through_the_cli(toy_root, tmp_path):
     image = next((toy_root / "Brain_AD" / "test" / "Ungood" / "img").glob("*.png"))
     assert main(["predict", "--run", str(run), "--out", str(tmp_path / "pred"), str(image), "--device", "cpu"]) == 0
     assert (tmp_path / "pred" / "scores.csv").is_file()
+
+
+def test_table_trains_it_leave_one_out_beside_the_paper_row(toy_root, tmp_path):
+    import pandas as pd
+
+    from adsim.data import reference
+    from adsim.experiments import table
+
+    out = tmp_path / "table"
+    table.run(out, toy_root, methods=["aprilgan"], targets=["Liver"], shots=[0], backbone="tiny", epochs=1,
+              batch_size=8, progress=False)
+    cfg = json.loads((out / "runs" / "Liver" / "aprilgan" / "config.json").read_text())["config"]
+    assert cfg["method"] == "aprilgan" and "Liver" not in cfg["train_domains"]  # leave-one-out
+    df = pd.read_csv(out / "table.csv")
+    assert {"aprilgan k=0 AC", "aprilgan k=0 AS", "paper-reported APRIL-GAN AC"} <= set(df.columns)
+    # the paper's Table 1 row "APRIL-GAN" (adsim/data/reference.py)
+    assert df["paper-reported APRIL-GAN AC"][0] == reference.TABLE1["APRIL-GAN"][("Liver", "AC")]
