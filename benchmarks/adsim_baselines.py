@@ -46,7 +46,7 @@ def methods(backbone, device):
     return {"naive (head)": registry.HeadMethod(backbone, head, scoring="logit_max", name="naive").eval(),
             "winclip": catalog.zero_shot("winclip")(backbone),
             "anomalyclip": anomalyclip.AnomalyCLIP(backbone, anomalyclip.PromptLearner(backbone).to(device)).eval(),
-            "aprilgan": aprilgan.APRILGAN(backbone, aprilgan._build(cfg, backbone).to(device)).eval()}
+            "aprilgan": aprilgan.APRILGAN(backbone, aprilgan.build_maps(cfg, backbone).to(device)).eval()}
 
 
 def train_steps(backbone, device, batch: int) -> dict:

@@ -22,7 +22,7 @@ F = torch.nn.functional
 
 def _maps(tiny, seed=0):
     cfg = config_from_recipe(recipes.get("aprilgan"), data="d", out="o", target="Brain", seed=seed)
-    return cfg, aprilgan._build(cfg, tiny)
+    return cfg, aprilgan.build_maps(cfg, tiny)
 
 
 def _images(n=3, seed=3):

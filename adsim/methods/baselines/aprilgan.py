@@ -121,7 +121,8 @@ def aprilgan_loss(cfg, maps, out: dict, batch: dict) -> tuple:
     return loss, {k: v.detach().float() for k, v in parts.items()}
 
 
-def _build(cfg, backbone) -> LinearMaps:
+def build_maps(cfg, backbone) -> LinearMaps:
+    """The trainable module of a run: one linear map per stage, the text of ``cfg.prompts``, seeded by ``cfg.seed``."""
     spec = backbone.spec
     text = text_embeddings(backbone, prompt_texts(cfg.prompts))
     return LinearMaps(spec.width, spec.embed_dim, text, stages=len(spec.adapter_layers), seed=cfg.seed)
@@ -171,5 +172,5 @@ def _method(cfg, backbone, maps: LinearMaps) -> APRILGAN:
     return APRILGAN(backbone, maps, clip_norm=cfg.clip_norm)
 
 
-register_trainer("aprilgan", Trainer(build=_build, forward=_forward, loss=aprilgan_loss, method=_method))
+register_trainer("aprilgan", Trainer(build=build_maps, forward=_forward, loss=aprilgan_loss, method=_method))
 register_trained("aprilgan", load)
