@@ -1,14 +1,14 @@
-"""Inference cost of the baselines: images/s of one ``Method.forward`` for the adapter head (``naive``, the
-MVFA-AD recipe's method), WinCLIP (exact masked-token windows), AnomalyCLIP and BiLoRA (the naive head with
-five domains' BiLoRA updates, ``adsim.methods.baselines.bilora``), on random-weight backbones (timing only:
-no AUC means anything here); and the training-step cost of the head and of BiLoRA's step (``--train``:
-forward, the naive objective, backward, Adam). Not part of the tests.
+"""Inference and training-step cost of the baselines: images/s of one ``Method.forward`` for the adapter head
+(``naive``, the MVFA-AD recipe's method), WinCLIP (exact masked-token windows), AnomalyCLIP and APRIL-GAN, and
+(``--train-step``) one training step (forward, loss, backward, no optimiser step) of the head and of every
+registered trainer, on random-weight backbones (timing only: no AUC means anything here). Not part of the tests.
 
 The methods alternate call by call (fair on a shared machine); the table reports the median of ``--iters``
 timed calls after one warm-up, each under ``torch.inference_mode()``, and the ratio to the head.
 
     PYTHONPATH=$PWD python benchmarks/adsim_baselines.py                    # tiny + ViT-B-16, CPU
     PYTHONPATH=$PWD python benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --write
+    PYTHONPATH=$PWD python benchmarks/adsim_baselines.py --train-step --write        # training steps
 """
 from __future__ import annotations
 
@@ -34,12 +34,12 @@ from adsim.methods import (
     catalog,  # noqa: E402
     registry,  # noqa: E402
 )
-from adsim.methods.baselines import anomalyclip, bilora  # noqa: E402
+from adsim.methods.baselines import anomalyclip, aprilgan, bilora  # noqa: E402
 from adsim.model.backbone import RandomWeightsWarning, build_backbone  # noqa: E402
-from adsim.model.head import features, make_head, text_embeddings  # noqa: E402
-from adsim.model.objective import objective  # noqa: E402
+from adsim.model.head import make_head, text_embeddings
 
-BILORA_DOMAINS = 5  # the protocol's last step: four frozen domains' updates and the current one
+
+BILORA_DOMAINS = 5  # the protocol's five added domains
 
 
 def bilora_head(backbone, cfg, device):
@@ -61,36 +61,48 @@ def methods(backbone, device):
     return {"naive (head)": registry.HeadMethod(backbone, head, scoring="logit_max", name="naive").eval(),
             "winclip": catalog.zero_shot("winclip")(backbone),
             "anomalyclip": anomalyclip.AnomalyCLIP(backbone, anomalyclip.PromptLearner(backbone).to(device)).eval(),
+            "aprilgan": aprilgan.APRILGAN(backbone, aprilgan.build_maps(cfg, backbone).to(device)).eval(),
             "bilora (head + 5 domains' updates)": registry.HeadMethod(backbone, bilora_head(backbone, cfg, device),
                                                                       scoring="logit_max", name="bilora").eval()}
 
 
 def train_steps(backbone, device, batch: int) -> dict:
-    """``{label: step function}``: one training step of the naive head and of BiLoRA's last protocol step
-    (only the current domain's cores train) on a random batch."""
-    cfg = TrainConfig(data="d", target="Brain", out="o", method="naive", vaca=False)
-    spec = backbone.spec
-    gen = torch.Generator().manual_seed(1)
-    s = spec.image_size
-    data = {"image": torch.rand(batch, 3, s, s, generator=gen).to(device),
-            "mask": (torch.rand(batch, s, s, generator=gen) < 0.1).float().to(device),
-            "has_mask": torch.ones(batch, device=device),
-            "label": (torch.arange(batch) % 2).float().to(device)}
-    heads = {"naive (head)": make_head(cfg, spec.width, spec.embed_dim,
-                                       text_embeddings(backbone, prompt_ensemble())).to(device),
-             "bilora (5th domain)": bilora_head(backbone, cfg, device)}
-    out = {}
-    for label, head in heads.items():
-        params = [p for p in head.parameters() if p.requires_grad]
-        opt = torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas)
+    """``name -> step()``: forward + loss + backward of one batch (random images, half anomalous with a square
+    mask) for the adapter head (``naive``: ``features`` + ``objective``) and every registered trainer."""
+    from adsim.model.head import features
+    from adsim.model.objective import objective
 
-        def step(head=head, opt=opt):
-            loss, _ = objective(cfg, head, features(backbone, head, data["image"]), data, spec.grid)
-            opt.zero_grad(set_to_none=True)
+    s, spec = backbone.spec.image_size, backbone.spec
+    gen = torch.Generator().manual_seed(0)
+    mask = torch.zeros(batch, s, s)
+    mask[batch // 2:, s // 4: s // 2, s // 4: s // 2] = 1.0
+    data = {"image": torch.rand(batch, 3, s, s, generator=gen), "mask": mask,
+            "has_mask": torch.ones(batch), "label": (torch.arange(batch) >= batch // 2).float(),
+            "pixel_domain": torch.ones(batch)}
+    data = {k: v.to(device) for k, v in data.items()}
+    steps = {}
+    cfg = TrainConfig(data="d", target="Brain", out="o", method="naive", vaca=False)
+    head = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(backbone, prompt_ensemble())).to(device).train()
+
+    def head_step():
+        loss, _ = objective(cfg, head, features(backbone, head, data["image"]), data, spec.grid)
+        loss.backward()
+    steps["naive (head)"] = head_step
+    bhead = bilora_head(backbone, cfg, device).train()  # BiLoRA's 5th protocol step: only its cores train
+
+    def bilora_step():
+        loss, _ = objective(cfg, bhead, features(backbone, bhead, data["image"]), data, spec.grid)
+        loss.backward()
+    steps["bilora (5th domain)"] = bilora_step
+    for name, trainer in sorted(registry.TRAINERS.items()):
+        tcfg = TrainConfig(data="d", target="Brain", out="o", method=name)
+        module = trainer.build(tcfg, backbone).to(device).train()
+
+        def step(trainer=trainer, module=module, tcfg=tcfg):
+            loss, _ = trainer.loss(tcfg, module, trainer.forward(module, backbone, data["image"]), data)
             loss.backward()
-            opt.step()
-        out[label] = step
-    return out
+        steps[name] = step
+    return steps
 
 
 def sync(device):
@@ -105,8 +117,10 @@ def main(argv=None) -> str:
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--write", action="store_true", help="replace the section in benchmarks/RESULTS.md")
-    ap.add_argument("--train", action="store_true", help="also time one training step (head, BiLoRA)")
+    ap.add_argument("--train-step", action="store_true", help="time training steps instead of inference")
     args = ap.parse_args(argv)
+    if args.train_step:
+        return main_train_step(args, argv)
     device = torch.device(args.device)
     load0 = os.getloadavg()[0]
     torch.set_num_threads(1) if device.type == "cpu" else None
@@ -129,26 +143,12 @@ def main(argv=None) -> str:
                     m(x)
                     sync(device)
                     times[k].append(time.perf_counter() - t)
-        if args.train:
-            steps = train_steps(backbone, device, args.batch)
-            for k, fn in steps.items():
-                fn()  # warm-up
-                times[f"training step: {k}"] = []
-            for _ in range(args.iters):
-                for k, fn in steps.items():
-                    sync(device)
-                    t = time.perf_counter()
-                    fn()
-                    sync(device)
-                    times[f"training step: {k}"].append(time.perf_counter() - t)
         base = statistics.median(times["naive (head)"])
-        base_train = statistics.median(times["training step: naive (head)"]) if args.train else None
         for k, v in times.items():
             med = statistics.median(v)
-            ref = base_train if k.startswith("training step") else base
             rows.append(f"| {name} ({s} px, grid {backbone.spec.grid}) | {k} | {1000 * med:.1f} | "
-                        f"{args.batch / med:.1f} | {med / ref:.2f}x |")
-    table = ("| backbone | method | forward (or training step) of a batch [ms] | images/s | time / head's |\n|---|---|---:|---:|---:|\n"
+                        f"{args.batch / med:.1f} | {med / base:.2f}x |")
+    table = ("| backbone | method | forward of a batch [ms] | images/s | time / head |\n|---|---|---:|---:|---:|\n"
              + "\n".join(rows))
     body = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine_info()}; torch {torch.__version__}, "
             f"device {device}, {'1 torch thread' if device.type == 'cpu' else ''}; batch {args.batch}, median of "
@@ -157,12 +157,54 @@ def main(argv=None) -> str:
             f"Command: `PYTHONPATH=$PWD python benchmarks/adsim_baselines.py {' '.join(argv or sys.argv[1:])}`. "
             "WinCLIP runs the whole ViT once per window (exact masked-token windows: 2 x 2 and 3 x 3 at stride 1, "
             "each sequence 1 + k^2 tokens) besides the full image; AnomalyCLIP's text embeddings are computed once, "
-            "so its forward is the frozen ViT plus four projections; BiLoRA's forward is the head's with every adapter "
-            "weight recomputed as W0 + the five domains' bilinear DCT updates. Training-step rows (--train) compare "
-            "with the head's training step.")
+            "so its forward is the frozen ViT plus four projections.")
     if args.write:
         write_section(str(ROOT / "benchmarks" / "RESULTS.md"), "adsim baselines: inference cost "
                       "(benchmarks/adsim_baselines.py)", body)
+    print(body)
+    return body
+
+
+def main_train_step(args, argv) -> str:
+    """``--train-step``: the median time of one training step per method, alternating methods call by call."""
+    device = torch.device(args.device)
+    load0 = os.getloadavg()[0]
+    torch.set_num_threads(1) if device.type == "cpu" else None
+    rows = []
+    for name in args.backbones:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RandomWeightsWarning)
+            backbone = build_backbone(name, device=device)
+        steps = train_steps(backbone, device, args.batch)
+        times = {k: [] for k in steps}
+        for f in steps.values():
+            f()  # warm-up
+        for _ in range(args.iters):
+            for k, f in steps.items():
+                sync(device)
+                t = time.perf_counter()
+                f()
+                sync(device)
+                times[k].append(time.perf_counter() - t)
+        base = statistics.median(times["naive (head)"])
+        s = backbone.spec.image_size
+        for k, v in times.items():
+            med = statistics.median(v)
+            rows.append(f"| {name} ({s} px, grid {backbone.spec.grid}) | {k} | {1000 * med:.1f} | "
+                        f"{args.batch / med:.1f} | {med / base:.2f}x |")
+    table = ("| backbone | method | training step of a batch [ms] | images/s | time / head |\n|---|---|---:|---:|---:|\n"
+             + "\n".join(rows))
+    body = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine_info()}; torch {torch.__version__}, "
+            f"device {device}, {'1 torch thread' if device.type == 'cpu' else ''}; batch {args.batch}, median of "
+            f"{args.iters} steps after one warm-up (forward, loss, backward; no optimiser step), methods alternating. "
+            f"Random weights (timing only). 1-minute load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} "
+            f"at end.\n\n{table}\n\nCommand: `PYTHONPATH=$PWD python benchmarks/adsim_baselines.py "
+            f"{' '.join(argv or sys.argv[1:])}`. The head's step runs the adapters inside the tower (gradient through "
+            "the later frozen blocks); AnomalyCLIP's runs the frozen visual tower without gradient and the text tower "
+            "with it (learned prompts); APRIL-GAN's runs the frozen tower without gradient and four linear maps with it.")
+    if args.write:
+        write_section(str(ROOT / "benchmarks" / "RESULTS.md"), "adsim baselines: training-step cost "
+                      "(benchmarks/adsim_baselines.py --train-step)", body)
     print(body)
     return body
 

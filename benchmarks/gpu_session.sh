@@ -15,7 +15,7 @@
 # written into benchmarks/RESULTS.md: copy the tables there with the card's name.
 # Each section has its own timeout so that a slow one cannot eat the others' time; together they stay
 # under 8 minutes with the machine's start-up (env 10 s + 60 + 60 + 210 + 120 s = 460 s at most).
-# SECTIONS="mc gate ad e2e" (default: all) runs a subset.
+# SECTIONS="mc gate ad e2e" (the default) runs a subset; "bl" adds the baselines' costs (section 5).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to a folder for the results}
@@ -71,5 +71,13 @@ on ad && timeout 210 python3 benchmarks/gpu_adsim.py --results "$OUT/ad.md" --wa
 on e2e && timeout 120 python3 benchmarks/gpu_e2e.py --out "$OUT/e2e" --targets "$TARGETS" --timeout 60 \
     --n-per-class 16 --size 256 --image-size 64 --seeds 100000 2>&1 | grep -v "^WARNING:root" | tee "$OUT/e2e.log"
 
-# 5. One table of every target (measured vs target, met or not).
+# 5. The baselines at ViT-L-14-336, B = 16 (not in the default SECTIONS, it does not fit the 8 minutes
+#    beside the rest: SECTIONS="bl"): inference of the head, WinCLIP, AnomalyCLIP, APRIL-GAN and BiLoRA,
+#    then one training step (forward, loss, backward) of the head, BiLoRA and every registered trainer.
+on bl && timeout 120 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 \
+    --iters 5 2>&1 | grep -v "^WARNING:root" | tee "$OUT/baselines.log"
+on bl && timeout 120 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 \
+    --iters 5 --train-step 2>&1 | grep -v "^WARNING:root" | tee "$OUT/baselines_step.log"
+
+# 6. One table of every target (measured vs target, met or not).
 python3 benchmarks/gpu_targets.py "$TARGETS" | tee "$OUT/targets.md"

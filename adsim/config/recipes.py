@@ -12,6 +12,7 @@ records the full recipe (``config.json`` -> ``"recipe"``; ``protocol.json`` for 
   the adapter head without VACA and without matching (``method="naive"``), MVFA's prompts, input,
   losses' data, checkpoint selection and scoring.
 * ``anomalyclip`` -- the AnomalyCLIP baseline (``adsim.methods.baselines.anomalyclip``) with its training settings.
+* ``aprilgan`` -- the APRIL-GAN baseline (``adsim.methods.baselines.aprilgan``) with its training settings.
 
 Where a choice could not be implemented, the field still exists, the value is listed in
 :data:`NOT_IMPLEMENTED` and :func:`validate` rejects it with a one-line message; the shipped recipe
@@ -30,7 +31,8 @@ from adsim.data.domains import SPLITS
 
 # Allowed values of every categorical field (the first one is not special).
 CHOICES = {
-    "method": ("naive", "match", "anomalyclip"),  # anomalyclip: adsim.methods.baselines.anomalyclip
+    # anomalyclip, aprilgan: adsim.methods.baselines.<name>
+    "method": ("naive", "match", "anomalyclip", "aprilgan"),
     "metric": METRICS,
     "gate_unit": ("patch", "image_mean"),
     "gate_filter": ("centroids", "skip_step"),
@@ -149,6 +151,15 @@ RECIPES = {
         name="anomalyclip", method="anomalyclip", vaca=False, clip_norm=True, batch_size=8, epochs=15, lr=1e-3,
         beta_dice=4.0, beta_focal=4.0, beta_bce=1.0, lambda_intra=0.0, lambda_inter=0.0, lambda_var=0.0,
         cls_only_pixel_loss="none", select="last", smooth_sigma=4.0, protocol_mode="cumulative"),
+    # APRIL-GAN (Chen et al., arXiv:2305.17382; ByChelsea/VAND-APRIL-GAN): per-stage linear maps, CLIP frozen;
+    # its training settings (train.sh: lr 1e-3 (train.py default), batch 8, 15 epochs -- the VisA-trained run
+    # whose checkpoint is tested on MVTec AD; the MVTec-trained one runs 3), Focal + Dice weight 1, no image
+    # loss (beta_bce 0), its prompt ensemble (prompt_ensemble.py = MVFA's phrases and templates), CLIP
+    # normalisation (open_clip's preprocess), no map smoothing (test.py has none).
+    "aprilgan": Recipe(
+        name="aprilgan", method="aprilgan", vaca=False, prompts="mvfa_object", clip_norm=True, batch_size=8,
+        epochs=15, lr=1e-3, beta_dice=1.0, beta_focal=1.0, beta_bce=0.0, lambda_intra=0.0, lambda_inter=0.0,
+        lambda_var=0.0, cls_only_pixel_loss="none", select="last", smooth_sigma=0.0, protocol_mode="cumulative"),
 }
 
 

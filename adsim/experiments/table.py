@@ -46,7 +46,8 @@ from poolsim import atomic_write
 # our method name -> the paper's Table-1 row it corresponds to (reference.TABLE1); "*" rows are the
 # paper authors' re-implementations. "match" = the paper's method only under the paper/authors recipe.
 PAPER_ROW = {"naive": "MVFA-AD*", "mvfa": "MVFA-AD*", "match": "Ours", "paper": "Ours", "authors": "Ours",
-             "winclip": "WinCLIP", "anomalyclip": "AnomalyCLIP*"}
+             "winclip": "WinCLIP", "anomalyclip": "AnomalyCLIP*",
+             "aprilgan": "APRIL-GAN"}
 RANDOM_WEIGHTS = ("RANDOM-WEIGHT BACKBONE (no --checkpoint): the AUCs of this run are MEANINGLESS; they only "
                   "show that the pipeline runs.")
 
@@ -226,8 +227,9 @@ def run(out, data, *, methods, targets=None, shots=(0,), recipe: str = "clean", 
         if (t, m) not in base:  # one detector per (target, method) at a time, reused across k
             base = {(t, m): _detector(out, data, t, m, opts)}
         det = base[(t, m)]
-        cfg = det.info.get("config")  # trained: the run's recipe sigma; training-free: --recipe's
-        sigma = cfg.smooth_sigma if cfg is not None else recipes.get(recipe).smooth_sigma
+        cfg = det.info.get("config")  # trained: the run's recipe sigma; training-free: the method's own, else --recipe's
+        own = getattr(det.method, "smooth_sigma", None)
+        sigma = cfg.smooth_sigma if cfg is not None else own if own is not None else recipes.get(recipe).smooth_sigma
         metrics = evaluate_cell(det, data, t, k, shot_seed=shot_seed, smooth_sigma=sigma, batch_size=batch_size)
         pretrained = bool(det.info["backbone"].pretrained)
         write_json(out / "cells" / cell_name(t, m, k),

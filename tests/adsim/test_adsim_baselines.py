@@ -82,7 +82,7 @@ def test_unknown_method_is_a_one_line_error_listing_the_names():
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match=r"unknown trained method 'nope'; must be one of \(.*'anomalyclip'.*\)"):
         catalog.trained("nope")
-    with pytest.raises(ValueError, match=r"recipe field method must be one of \('naive', 'match', 'anomalyclip'\)"):
+    with pytest.raises(ValueError, match=r"recipe field method must be one of \('naive', 'match', 'anomalyclip', 'aprilgan'[^)]*\)"):
         recipes.override(recipes.get("clean"), method="winclip")  # winclip is training-free: no train recipe
 
 
@@ -146,12 +146,14 @@ def test_winclip_prompts_and_options(tiny):
     assert "a photo of a damaged object." in ens["anomaly"] and "a photo of a flawless object." in ens["normal"]
     m = winclip.build(tiny)
     torch.testing.assert_close(m.text.norm(dim=-1), torch.ones(2))
+    assert m.smooth_sigma == 0.0  # no reference smooths WinCLIP's maps
     for bad, msg in (({"scales": (0,)}, "window scale must be an integer in"),
                      ({"scales": (tiny.spec.grid + 1,)}, "window scale must be an integer in"),
                      ({"scales": (2, 2)}, "scales must be distinct"),
                      ({"temperature": 0.0}, "temperature must be a finite number > 0"),
                      ({"image_score": "max"}, "image_score must be one of"),
-                     ({"object": ""}, "object must be a non-empty string")):
+                     ({"object": ""}, "object must be a non-empty string"),
+                     ({"smooth_sigma": -1.0}, "smooth_sigma must be a finite number >= 0")):
         with pytest.raises(ValueError, match=msg):
             winclip.build(tiny, **bad)
     with pytest.raises(ValueError, match=r"images must be a tensor of shape \(B, 3, 64, 64\)"):
@@ -211,9 +213,16 @@ def test_dpam_is_vv_attention_beside_the_unmodified_tower(tiny):
         x = _images(2)
         img_d, p_d = anomalyclip.visual_features(tiny, x, dpam=True)
         img_o, p_o = anomalyclip.visual_features(tiny, x, dpam=False)
+        img_ln, _ = anomalyclip.visual_features(tiny, x, image_ln_post=True)
         full = tiny.model.encode_image(x)
+        last = tiny.model.visual.transformer(tiny.model.visual._embeds(x))  # the unmodified tower's last block
     torch.testing.assert_close(img_d, img_o, rtol=0, atol=0)
-    torch.testing.assert_close(img_o, torch.nn.functional.normalize(full.float(), dim=-1), rtol=1e-5, atol=1e-6)
+    # AnomalyCLIP.py:387: x_ori[0, :, :] @ self.proj -- the class token without ln_post
+    want = torch.nn.functional.normalize(last[:, 0] @ tiny.model.visual.proj, dim=-1)
+    torch.testing.assert_close(img_o, want, rtol=1e-5, atol=1e-6)
+    # image_ln_post=True: CLIP's own image embedding (encode_image: ln_post, then proj)
+    torch.testing.assert_close(img_ln, torch.nn.functional.normalize(full.float(), dim=-1), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(img_o, img_ln, atol=1e-3)
     assert all(not torch.allclose(a, b, atol=1e-3) for a, b in zip(p_d, p_o))
     # the dual path written as AnomalyCLIP's ResidualAttentionBlock.forward does it (a [x, x_ori] pair: the
     # first DPAM block starts it from its input; every block: x += VV(ln_1(x_ori)), x_ori = block(x_ori))
@@ -260,6 +269,42 @@ def test_only_the_prompts_get_gradients(toy_root, tiny):
     assert learner.ctx.grad[0].abs().sum() > 0 and learner.ctx.grad[1].abs().sum() > 0
     assert learner.deep.shape[0] >= 1 and learner.deep.grad is not None and learner.deep.grad.abs().sum() > 0
     assert all(p.grad is None and not p.requires_grad for p in tiny.model.parameters())
+
+
+def test_glocal_loss_upsamples_probabilities_as_anomalyclip(toy_root, tiny):
+    # train.py:88-100 with model_load.py:222-235: per-patch two-way softmax of sim / 0.07, the probabilities
+    # interpolated (bilinear, align_corners False), Focal on the two-channel map + Dice(ch 1, gt) + Dice(ch 0, 1 - gt),
+    # times lam = 4 (recipe beta_focal = beta_dice = 4), plus the image CE (beta_bce 1); written here as there
+    from adsim.data import bmad
+    F = torch.nn.functional
+    samples = bmad.list_split(toy_root, "Liver", "test")
+    batch = next(iter(torch.utils.data.DataLoader(bmad.ImageDataset(samples, 64), batch_size=4)))
+    batch["pixel_domain"] = torch.ones(4)
+    cfg = config_from_recipe(recipes.get("anomalyclip"), data="d", out="o", target="Brain")
+    learner = anomalyclip.PromptLearner(tiny)
+    out = anomalyclip._forward(learner, tiny, batch["image"])
+    with torch.no_grad():
+        loss, _ = anomalyclip.glocal_loss(cfg, learner, out, batch)
+        gt = batch["mask"]
+        want = 0.0
+        for z in out["z_maps"]:
+            sm = torch.stack([torch.zeros_like(z), z], dim=-1).softmax(-1)  # (B, N, 2): softmax(sim / 0.07)
+            up = F.interpolate(sm.reshape(4, 8, 8, 2).permute(0, 3, 1, 2), (64, 64), mode="bilinear")
+            pt = torch.where(gt >= 0.5, up[:, 1], up[:, 0])
+            focal = (-(1 - pt) ** 2 * pt.log()).mean()
+            dice = [1 - ((2 * (p * g).flatten(1).sum(1) + 1) / (p.flatten(1).sum(1) + g.flatten(1).sum(1) + 1)).mean()
+                    for p, g in ((up[:, 1], gt), (up[:, 0], 1 - gt))]
+            want = want + focal + dice[0] + dice[1]
+        want = 4.0 * want + F.cross_entropy(torch.stack([torch.zeros_like(out["z_img"]), out["z_img"]], 1),
+                                            batch["label"].long())
+    torch.testing.assert_close(loss, want, rtol=1e-4, atol=1e-5)
+    # upsample="logit" (the log-odds upsampled, then sigmoid) is another loss
+    logit_learner = anomalyclip.PromptLearner(tiny, upsample="logit")
+    with torch.no_grad():
+        other, _ = anomalyclip.glocal_loss(cfg, logit_learner, out, batch)
+    assert not torch.isclose(other, loss, rtol=1e-4)
+    with pytest.raises(ValueError, match=r"upsample must be one of \('prob', 'logit'\)"):
+        anomalyclip.PromptLearner(tiny, upsample="nearest")
 
 
 def test_anomalyclip_run_folder_rebuilds_identically(runs, toy_root, tiny):

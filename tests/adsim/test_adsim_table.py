@@ -19,7 +19,7 @@ GRID = dict(methods=["naive", "match"], targets=["Brain", "Chest"], shots=[0, 2]
 @pytest.fixture
 def counted(monkeypatch):
     """Count the training runs and the cell evaluations the runner performs."""
-    calls = {"train": [], "cells": []}
+    calls = {"train": [], "cells": [], "sigma": []}
     train, cell = table.train, table.evaluate_cell
 
     def counting_train(cfg, **kw):
@@ -28,6 +28,7 @@ def counted(monkeypatch):
 
     def counting_cell(det, data, target, shots, **kw):
         calls["cells"].append((target, det.method.name, shots))
+        calls["sigma"].append(kw.get("smooth_sigma"))
         return cell(det, data, target, shots, **kw)
 
     monkeypatch.setattr(table, "train", counting_train)
@@ -135,6 +136,8 @@ def test_training_free_methods_are_not_trained(toy_root, tmp_path, counted):
     table.run(out, toy_root, methods=["winclip"], targets=["Liver"], shots=[0, 2], backbone="tiny", progress=False)
     assert counted["train"] == [] and not (out / "runs").exists()
     assert len(counted["cells"]) == 2
+    # WinCLIP's maps are not smoothed (no reference smooths them), whatever the --recipe's smooth_sigma (clean: 4)
+    assert counted["sigma"] == [0.0, 0.0]
     df = pd.read_csv(out / "table.csv")
     assert {"winclip k=0 AC", "winclip k=2 AS", "paper-reported WinCLIP AS"} <= set(df.columns)
     assert df["paper-reported WinCLIP AS"][0] == reference.TABLE1["WinCLIP"][("Liver", "AS")]

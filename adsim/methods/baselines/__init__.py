@@ -6,12 +6,15 @@
 * ``bilora`` (:mod:`.bilora`) -- BiLoRA, the continual-learning baseline of the domain-addition protocol
   (``python -m adsim protocol``, method ``bilora``): per-domain bilinear frequency-domain updates of the
   adapter head; it registers no ``train`` method (the protocol adds domains one at a time).
+* ``aprilgan`` (:mod:`.aprilgan`) -- APRIL-GAN, per-stage linear maps of the patch tokens into the text space,
+  trained by ``python -m adsim train --recipe aprilgan`` (``TRAINERS`` + ``TRAINED``).
 * MVFA-AD is not a file here: it is the adapter head under ``--recipe mvfa`` (``adsim.config.recipes``).
 
 ``docs/recipes.md`` lists what each one simplifies and where the published code differs.
 """
-__all__ = ["AnomalyCLIP", "PromptLearner", "WinCLIP", "anomalyclip", "bilora", "winclip"]
+__all__ = ["APRILGAN", "AnomalyCLIP", "LinearMaps", "PromptLearner", "WinCLIP", "anomalyclip", "aprilgan", "bilora", "winclip"]
 
-from adsim.methods.baselines import anomalyclip, bilora, winclip
+from adsim.methods.baselines import anomalyclip, aprilgan, bilora, winclip
 from adsim.methods.baselines.anomalyclip import AnomalyCLIP, PromptLearner
+from adsim.methods.baselines.aprilgan import APRILGAN, LinearMaps
 from adsim.methods.baselines.winclip import WinCLIP

@@ -19,7 +19,10 @@ What this file computes (``B`` images, ``N = grid**2`` patches, ``L`` = 4 featur
   layer's learned vectors ``(t, D)``, shared by the two prompts (``depth = 9``, ``t = 4``, capped at the
   text tower's depth; init N(0, 0.02^2)).
 * **Global score** (Sec. 3, glocal context optimization): ``z_img = (<f_cls, t_a> - <f_cls, t_n>) / 0.07``
-  for the projected class token; ``P(anomalous) = softmax(<f, t> / 0.07)[1] = sigmoid(z_img)``.
+  for the class token of the last block times the visual projection, WITHOUT ``ln_post`` (their
+  ``AnomalyCLIP_lib/AnomalyCLIP.py:387``, ``x_ori[0, :, :] @ self.proj``; CLIP's own image embedding applies
+  ``ln_post`` first -- ``PromptLearner(image_ln_post=True)`` gives that); ``P(anomalous) =
+  softmax(<f, t> / 0.07)[1] = sigmoid(z_img)``.
 * **Local maps** (Sec. 3, local context): the patch tokens after each feature layer, through ``ln_post``
   and the visual projection (the joint space; their ``AnomalyCLIP.py:383``), unit-normalised;
   ``z_l = (<p, t_a> - <p, t_n>) / 0.07`` per patch.
@@ -33,8 +36,11 @@ What this file computes (``B`` images, ``N = grid**2`` patches, ``L`` = 4 featur
 * **Glocal loss** (Sec. 3, glocal context optimization; their ``train.py:82-104``): ``L_global`` =
   cross-entropy of the two-way softmax of the image embedding against the image label (= BCE on
   ``z_img``); ``L_local`` = sum over the layers of Focal(softmax map, mask) + Dice(anomalous map, mask)
-  + Dice(normal map, 1 - mask), on maps bilinearly upsampled to the mask size (``adsim.model.losses``: the
-  two-way softmax focal loss is the sigmoid focal loss of ``z``). Weights ``beta_bce``, ``beta_focal``,
+  + Dice(normal map, 1 - mask), on the patch *probabilities* ``sigmoid(z)`` (= the two-way softmax)
+  bilinearly upsampled to the mask size (their ``compute_similarity`` softmax, then ``get_similarity_map``'s
+  ``interpolate``, ``model_load.py:222-235``); the focal loss of ``adsim.model.losses`` takes the logit of the
+  upsampled probability (clamped to [1e-6, 1 - 1e-6]). ``PromptLearner(upsample="logit")`` upsamples the
+  log-odds instead. Weights ``beta_bce``, ``beta_focal``,
   ``beta_dice`` of the recipe (``anomalyclip``: 1, 4, 4 -- AnomalyCLIP multiplies the local loss by
   ``lam = 4``, ``train.py:50, :102``). Classification-only domains: no pixel loss
   (``cls_only_pixel_loss="none"``, as the head).
@@ -47,6 +53,9 @@ What this file computes (``B`` images, ``N = grid**2`` patches, ``L`` = 4 featur
 Where this differs from AnomalyCLIP's code (also in ``docs/recipes.md``):
 
 * Inference scores are log-odds and the map a layer mean (above); no label smoothing in the focal loss.
+* Map smoothing: their sigma 4 was chosen at 518 px; the recipe applies sigma 4 at the backbone's size (238 px
+  on ViT-L-14-336), i.e. about 2.2 times wider relative to the image (``--set smooth_sigma=1.84`` matches
+  their relative width at 238 px).
 * Image size: the backbone's (AnomalyCLIP trains at 518 px with Resize + CenterCrop); the training data
   are the other BMAD domains (AnomalyCLIP trains on one auxiliary data set); training settings from the
   recipe (AnomalyCLIP: 15 epochs, lr 1e-3, batch 8, Adam betas (0.5, 0.999)); gradient clipping 1.0
@@ -67,17 +76,28 @@ from poolsim import core
 
 N_CTX = 12           # learnable tokens per prompt (AnomalyCLIP's prompt length)
 DEPTH, T_CTX = 9, 4  # deep text prompts: layers 1 .. DEPTH - 1, T_CTX positions each
+PROB_EPS = 1e-6     # clamp of the upsampled probabilities before their logit (focal loss)
 PLACEHOLDER = "X"    # tokenised once; its embedding positions are replaced by the learned vectors
 TEMPLATES = ("{} object.", "{} damaged object.")  # normal, anomalous (object-agnostic)
+
+
+UPSAMPLES = ("prob", "logit")  # what the pixel loss upsamples: AnomalyCLIP's probabilities, or the log-odds
 
 
 class PromptLearner(nn.Module):
     """The trainable state: ``ctx (2, n_ctx, D_text)`` learned token embeddings (normal, anomalous) and
     ``deep (depth - 1, t, D_text)`` the deep text prompts. ``tokens (2, context_length)`` is derived from
-    ``n_ctx`` (not saved)."""
+    ``n_ctx`` (not saved). ``image_ln_post`` (image embedding with CLIP's ``ln_post``; AnomalyCLIP: without)
+    and ``upsample`` (one of :data:`UPSAMPLES`) are settings, not state."""
 
-    def __init__(self, backbone, *, n_ctx: int = N_CTX, depth: int = DEPTH, t: int = T_CTX, seed: int = 0):
+    def __init__(self, backbone, *, n_ctx: int = N_CTX, depth: int = DEPTH, t: int = T_CTX, seed: int = 0,
+                 image_ln_post: bool = False, upsample: str = "prob"):
         super().__init__()
+        if not isinstance(image_ln_post, bool):
+            raise ValueError(f"image_ln_post must be True or False, got {image_ln_post!r}")
+        if upsample not in UPSAMPLES:
+            raise ValueError(f"upsample must be one of {UPSAMPLES}, got {upsample!r}")
+        self.image_ln_post, self.upsample = image_ln_post, upsample
         if not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or not 1 <= n_ctx <= 60:
             raise ValueError(f"n_ctx must be an integer in [1, 60], got {n_ctx!r}")
         model = backbone.model
@@ -140,11 +160,12 @@ def vv_attention(block, h: torch.Tensor) -> torch.Tensor:
     return block.ls_1(out)
 
 
-def visual_features(backbone, images: torch.Tensor, *, dpam: bool = True) -> tuple:
+def visual_features(backbone, images: torch.Tensor, *, dpam: bool = True, image_ln_post: bool = False) -> tuple:
     """``images (B, 3, S, S)`` -> ``(image embedding (B, E) unit, [L x (B, N, E)] unit patch features after
     the blocks ``spec.adapter_layers``)``, through the frozen visual tower. ``dpam``: from the first
     feature layer on, patch features from the DPAM path (module docstring); the image embedding is
-    always the unmodified tower's."""
+    always the unmodified tower's: its class token times the projection, through ``ln_post`` first only
+    when ``image_ln_post`` (CLIP's embedding; AnomalyCLIP's code omits it)."""
     check_images(images, backbone.spec)
     visual = backbone.model.visual
     blocks = visual.transformer.resblocks
@@ -158,7 +179,11 @@ def visual_features(backbone, images: torch.Tensor, *, dpam: bool = True) -> tup
         x = run_blocks(backbone, x, blocks[i:i + 1])
         if i in layers:
             patches.append(project(visual, (path if dpam else x)[:, 1:]))
-    img, _ = pooled(visual, x)
+    if image_ln_post:
+        img, _ = pooled(visual, x)
+    else:  # AnomalyCLIP.py:387: x_ori[0, :, :] @ self.proj
+        img = x[:, 0] @ visual.proj if visual.proj is not None else x[:, 0]
+        img = core.normalize(img.float())
     return img, patches
 
 
@@ -166,7 +191,7 @@ def _forward(learner: PromptLearner, backbone, images: torch.Tensor) -> dict:
     """Training forward: ``{"z_img": (B,), "z_maps": (L, B, N)}``; the visual tower
     runs without gradient (frozen, and the prompts do not enter it)."""
     with torch.no_grad():
-        img, patches = visual_features(backbone, images)
+        img, patches = visual_features(backbone, images, image_ln_post=learner.image_ln_post)
     text = text_features(backbone, learner)
     return {"z_img": log_odds(img, text), "z_maps": torch.stack([log_odds(p, text) for p in patches])}
 
@@ -180,12 +205,17 @@ def glocal_loss(cfg, learner, out: dict, batch: dict) -> tuple:
     z_maps = out["z_maps"]
     n_layers, b, n = z_maps.shape
     grid, size = int(round(n ** 0.5)), masks.shape[-1]
-    z = upsample_patches(z_maps, grid, size).flatten(0, 1)  # (L * B, S, S)
+    if getattr(learner, "upsample", "prob") == "prob":  # their softmax at the patches, then interpolate
+        prob = upsample_patches(torch.sigmoid(z_maps), grid, size).flatten(0, 1)  # (L * B, S, S)
+        z = torch.logit(prob, eps=PROB_EPS)
+    else:
+        z = upsample_patches(z_maps, grid, size).flatten(0, 1)
+        prob = torch.sigmoid(z)
     masks_l, valid_l = masks.repeat(n_layers, 1, 1), has_mask.repeat(n_layers)
     parts = {"bce": losses.bce_loss(out["z_img"], labels),
              "focal": n_layers * losses.focal_loss(z, masks_l, valid_l),
-             "dice": n_layers * (losses.dice_loss(torch.sigmoid(z), masks_l, valid_l)
-                                 + losses.dice_loss(torch.sigmoid(-z), 1.0 - masks_l, valid_l))}
+             "dice": n_layers * (losses.dice_loss(prob, masks_l, valid_l)
+                                 + losses.dice_loss(1.0 - prob, 1.0 - masks_l, valid_l))}
     loss = cfg.beta_bce * parts["bce"] + cfg.beta_focal * parts["focal"] + cfg.beta_dice * parts["dice"]
     return loss, {k: v.detach().float() for k, v in parts.items()}
 
@@ -208,7 +238,8 @@ class AnomalyCLIP(Method):
     def forward(self, images: torch.Tensor) -> Output:
         """``images (B, 3, S, S)`` -> :class:`Output`: ``scores`` = ``z_img`` (B,), ``maps`` = layer mean of
         the patch log-odds, upsampled (B, S, S); ``patches`` = the L layers' unit patch features."""
-        img, patches = visual_features(self.backbone, images, dpam=self.dpam)
+        img, patches = visual_features(self.backbone, images, dpam=self.dpam,
+                                       image_ln_post=self.learner.image_ln_post)
         z_maps = torch.stack([log_odds(p, self.text) for p in patches]).mean(0)
         return Output(log_odds(img, self.text).float(), upsample_patches(z_maps, self.grid, self.image_size).float(),
                       tuple(patches))
