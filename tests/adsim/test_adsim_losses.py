@@ -113,3 +113,45 @@ def test_focal_is_per_image_mean_then_masked():
     assert math.isclose(float(losses.focal_loss(z, y, torch.tensor([1.0, 0.0]))), first, rel_tol=1e-6)
     both = (first + math.log(2) / 4) / 2
     assert math.isclose(float(losses.focal_loss(z, y, torch.ones(2))), both, rel_tol=1e-6)
+
+
+def _geodesic(u, v):
+    """Angle between two vectors in float64, by the chord formula ``2 atan2(|u' - v'|, |u' + v'|)``."""
+    u, v = u.double() / u.double().norm(), v.double() / v.double().norm()
+    return 2.0 * math.atan2(float((u - v).norm()), float((u + v).norm()))
+
+
+def test_cross_averages_over_each_layers_own_features():
+    """``cross`` with two layers of three features: per layer ``1 / (mean over its accepted j of
+    d_G(f_j, c_other) + 1e-6)``, computed feature by feature (float64 angles); the result has one value
+    per layer, so a sum over the wrong axis (layers instead of features) cannot match."""
+    g = torch.Generator().manual_seed(3)
+    f, c = torch.randn(2, 3, 4, generator=g), torch.randn(2, 4, generator=g)
+    acc = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]])
+    got = losses.cross(f, acc, c, torch.ones(2))
+    for layer in range(2):
+        ds = [_geodesic(f[layer, j], c[layer]) for j in range(3) if acc[layer, j]]
+        assert math.isclose(float(got[layer]), 1.0 / (sum(ds) / len(ds) + losses.EPS_RECIPROCAL), rel_tol=1e-5)
+
+
+def test_reciprocal_inter_is_one_over_the_centroid_distance_without_gradient():
+    """The authors' ``inter_form="reciprocal"``: ``1 / (d_G(c+, c-) + 1e-6)`` on detached centroids (times
+    ``both_initialised``), from the float64 angle of each pair."""
+    g = torch.Generator().manual_seed(4)
+    cp, cn = torch.randn(3, 5, generator=g, requires_grad=True), torch.randn(3, 5, generator=g)
+    both = torch.tensor([1.0, 1.0, 0.0])
+    got = losses.inter(cp, cn, both, form="reciprocal")
+    for k in range(3):
+        expected = float(both[k]) / (_geodesic(cp[k].detach(), cn[k]) + losses.EPS_RECIPROCAL)
+        assert math.isclose(float(got[k]), expected, rel_tol=1e-5)
+    assert not got.requires_grad  # the authors read centroid.data: a value, no gradient
+
+
+def test_intra_default_metric_is_the_geodesic():
+    """Called without ``metric``, ``intra`` is the paper's squared geodesic (``d_G``, power 2), computed here
+    as the mean of float64 angles squared over the accepted features."""
+    g = torch.Generator().manual_seed(5)
+    f, c = torch.randn(4, 6, generator=g), torch.randn(6, generator=g)
+    acc = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    expected = sum(_geodesic(f[j], c) ** 2 for j in (0, 2, 3)) / 3
+    assert math.isclose(float(losses.intra(f, acc, c)), expected, rel_tol=1e-5)

@@ -147,3 +147,21 @@ def test_bad_options(kw):
 def test_bad_alpha():
     with pytest.raises(ValueError, match="alpha"):
         CentroidBank(1, 3, alpha=1.0)
+
+
+def test_scan_backend_jax_keeps_cuda_tensors_off_the_triton_kernel(monkeypatch):
+    """The backend choice for a CUDA tensor (the tensor is a stand-in with CUDA's device type and the
+    kernel a stand-in that could run, so no GPU is needed): ``"auto"`` takes the kernel, ``"jax"`` never
+    does, and ``scan_device="cpu"`` keeps the scan on the host."""
+    from types import SimpleNamespace
+
+    from adsim.model import matching
+
+    gate = SimpleNamespace(MAX_D=1024, interpreted=lambda: False)
+    monkeypatch.setattr(matching, "_triton_gate", lambda: gate)
+    f = SimpleNamespace(device=SimpleNamespace(type="cuda"), shape=(8, 100, 768))
+    assert matching._use_triton(f, "auto", "auto")
+    assert not matching._use_triton(f, "jax", "auto")
+    assert not matching._use_triton(f, "auto", "cpu")
+    assert not matching._use_triton(SimpleNamespace(device=SimpleNamespace(type="cuda"), shape=(1, 4, 2048)),
+                                    "auto", "auto")  # wider than the kernel's MAX_D
