@@ -13,6 +13,7 @@ timed calls after one warm-up, each under ``torch.inference_mode()``, and the ra
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -110,6 +111,33 @@ def sync(device):
         torch.cuda.synchronize()
 
 
+def alternating_times(calls: dict, device, iters: int) -> dict:
+    """``{label: [seconds]}``: one warm-up call of each, then ``iters`` rounds calling them in turn, so that
+    a change of machine load hits every method alike."""
+    for f in calls.values():
+        f()
+    times = {k: [] for k in calls}
+    for _ in range(iters):
+        for k, f in calls.items():
+            sync(device)
+            t = time.perf_counter()
+            f()
+            sync(device)
+            times[k].append(time.perf_counter() - t)
+    return times
+
+
+def table_rows(name: str, backbone, times: dict, batch: int) -> list:
+    """One table row per method: median ms of a batch, images/s, and the ratio to the head's median."""
+    base = statistics.median(times["naive (head)"])
+    out = []
+    for k, v in times.items():
+        med = statistics.median(v)
+        out.append(f"| {name} ({backbone.spec.image_size} px, grid {backbone.spec.grid}) | {k} | {1000 * med:.1f} | "
+                   f"{batch / med:.1f} | {med / base:.2f}x |")
+    return out
+
+
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backbones", nargs="+", default=["tiny", "ViT-B-16"])
@@ -132,22 +160,9 @@ def main(argv=None) -> str:
         ms = methods(backbone, device)
         s = backbone.spec.image_size
         x = torch.rand(args.batch, 3, s, s, generator=torch.Generator().manual_seed(0)).to(device)
-        times = {k: [] for k in ms}
         with torch.inference_mode():
-            for m in ms.values():
-                m(x)  # warm-up
-            for _ in range(args.iters):
-                for k, m in ms.items():
-                    sync(device)
-                    t = time.perf_counter()
-                    m(x)
-                    sync(device)
-                    times[k].append(time.perf_counter() - t)
-        base = statistics.median(times["naive (head)"])
-        for k, v in times.items():
-            med = statistics.median(v)
-            rows.append(f"| {name} ({s} px, grid {backbone.spec.grid}) | {k} | {1000 * med:.1f} | "
-                        f"{args.batch / med:.1f} | {med / base:.2f}x |")
+            times = alternating_times({k: functools.partial(m, x) for k, m in ms.items()}, device, args.iters)
+        rows += table_rows(name, backbone, times, args.batch)
     table = ("| backbone | method | forward of a batch [ms] | images/s | time / head |\n|---|---|---:|---:|---:|\n"
              + "\n".join(rows))
     body = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine_info()}; torch {torch.__version__}, "
@@ -176,22 +191,7 @@ def main_train_step(args, argv) -> str:
             warnings.simplefilter("ignore", RandomWeightsWarning)
             backbone = build_backbone(name, device=device)
         steps = train_steps(backbone, device, args.batch)
-        times = {k: [] for k in steps}
-        for f in steps.values():
-            f()  # warm-up
-        for _ in range(args.iters):
-            for k, f in steps.items():
-                sync(device)
-                t = time.perf_counter()
-                f()
-                sync(device)
-                times[k].append(time.perf_counter() - t)
-        base = statistics.median(times["naive (head)"])
-        s = backbone.spec.image_size
-        for k, v in times.items():
-            med = statistics.median(v)
-            rows.append(f"| {name} ({s} px, grid {backbone.spec.grid}) | {k} | {1000 * med:.1f} | "
-                        f"{args.batch / med:.1f} | {med / base:.2f}x |")
+        rows += table_rows(name, backbone, alternating_times(steps, device, args.iters), args.batch)
     table = ("| backbone | method | training step of a batch [ms] | images/s | time / head |\n|---|---|---:|---:|---:|\n"
              + "\n".join(rows))
     body = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine_info()}; torch {torch.__version__}, "

@@ -202,16 +202,17 @@ def init_distributed(coordinator_address: str | None = None, num_processes: int 
 
 
 def simulate(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = None,
-             shard: bool = True, distributed: bool = False,
-             **params) -> tuple[_engine.SeedResult, dict]:
-    """Raw per-seed arrays (:class:`poolsim._engine.SeedResult`) and the resolved parameters.
+             shard: bool = True, distributed: bool = False, summary: bool = False,
+             **params) -> tuple[Any, dict]:
+    """Raw per-seed arrays (:class:`poolsim._engine.SeedResult`), or with ``summary=True`` their
+    on-device reduction (:class:`poolsim._engine.Summary`), and the resolved parameters.
     ``distributed=True``: see the module docstring (multi-process)."""
     s, P = spec(name, **params)
     seed_arr = _seeds(seeds)
     if not isinstance(distributed, bool):
         raise ValueError(f"distributed must be True or False, got {distributed!r}")
     res = _engine.simulate(s, seed_arr, dtype=P["dtype"], chunk=P["chunk"], shard=shard,
-                           progress=progress, distributed=distributed)
+                           progress=progress, distributed=distributed, summary=summary)
     P["seeds"] = seed_arr
     return res, P
 
@@ -270,12 +271,7 @@ def summarize(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | N
 
     from . import _verdict
 
-    s, P = spec(name, **params)
-    seed_arr = _seeds(seeds)
-    if not isinstance(distributed, bool):
-        raise ValueError(f"distributed must be True or False, got {distributed!r}")
-    summ = _engine.simulate(s, seed_arr, dtype=P["dtype"], chunk=P["chunk"], progress=progress,
-                            distributed=distributed, summary=True)
+    summ, P = simulate(name, seeds=seeds, progress=progress, distributed=distributed, summary=True, **params)
     n = summ.n_seeds
     half = (stats.t.ppf(0.5 + _verdict.LEVEL / 2, n - 1) * np.sqrt(summ.var / n) if n > 1
             else np.zeros_like(summ.mean))

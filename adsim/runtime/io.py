@@ -86,10 +86,8 @@ def _unsafe_globals(path) -> list:
 
 def _read(path, map_location, allowed=()):
     try:
-        if allowed:
-            with torch.serialization.safe_globals(list(allowed)):
-                return torch.load(path, map_location=map_location, weights_only=True)
-        return torch.load(path, map_location=map_location, weights_only=True)
+        with torch.serialization.safe_globals(list(allowed)):  # nothing beyond torch's own list by default
+            return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         text = str(err)
         named = _GLOBAL.findall(text) + _CLASS.findall(text)

@@ -135,12 +135,7 @@ def _cell_frame(law: str, m: _phase.Moments, S: int) -> pd.DataFrame:
             tau_best = grid_taus[best]
             ok = np.zeros(g.shape, bool)
             for t, it in enumerate(grid_idx):
-                e_t = np.empty(best.shape)
-                v_t = np.empty(best.shape)
-                for ib in np.unique(i_best):
-                    sel = i_best == ib
-                    e, v = sub.paired(it, int(ib))
-                    e_t[sel], v_t[sel] = e[sel], v[sel]
+                e_t, v_t = _paired_to_best(sub, it, i_best)
                 half = _half(v_t, S)
                 # interval of eps(tau) - eps(best) reaches 0; differences below TIE are float
                 # rounding of identical estimates (e.g. tau = 3 matching every domain = pooling)
@@ -159,16 +154,8 @@ def _cell_frame(law: str, m: _phase.Moments, S: int) -> pd.DataFrame:
                     i_r, tau_r = i_fixed, np.full(best.shape, FIXED_TAU)
                 else:
                     i_r, tau_r = ix[rule], sub.aux[..., aux_ix[f"tau of {rule}"]]
-                reg = np.empty(best.shape)
-                var = np.empty(best.shape)
-                fe = np.empty(best.shape)
-                fv = np.empty(best.shape)
-                for ib in np.unique(i_best):
-                    sel = i_best == ib
-                    e, v = sub.paired(i_r, int(ib))
-                    reg[sel], var[sel] = e[sel], v[sel]
-                    e, v = sub.paired(i_r, int(ib), 1 + FAIL_FRAC)
-                    fe[sel], fv[sel] = e[sel], v[sel]
+                reg, var = _paired_to_best(sub, i_r, i_best)
+                fe, fv = _paired_to_best(sub, i_r, i_best, 1 + FAIL_FRAC)
                 half = _half(var, S)
                 out[f"{short}_tau"] = tau_r.ravel()
                 out[f"{short}_regret"] = reg.ravel()
@@ -193,6 +180,17 @@ def _cell_frame(law: str, m: _phase.Moments, S: int) -> pd.DataFrame:
                                                  > mean[..., i_paper] + cfg["tau"]).ravel()
             rows.append(pd.DataFrame(out))
     return pd.concat(rows, ignore_index=True)
+
+
+def _paired_to_best(sub, i: int, i_best: np.ndarray, w: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell, the paired mean and variance of ``value_i - w value_best`` where ``best`` is that
+    cell's best grid column ``i_best`` (``sub.paired`` once per distinct best column)."""
+    est, var = np.empty(i_best.shape), np.empty(i_best.shape)
+    for ib in np.unique(i_best):
+        sel = i_best == ib
+        e, v = sub.paired(i, int(ib), w)
+        est[sel], var[sel] = e[sel], v[sel]
+    return est, var
 
 
 def _half(var, S):

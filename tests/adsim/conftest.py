@@ -1,6 +1,10 @@
 """adsim test set-up: one torch thread (the CI machine is small and shared), a session toy data set
 and a session tiny backbone (random weights -- its RandomWeightsWarning is expected here)."""
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -22,3 +26,24 @@ def tiny():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RandomWeightsWarning)
         return build_backbone("tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def triton_interpreter():
+    """``run(cases, folder) -> outputs``: the Triton gate kernel on ``cases`` under Triton's interpreter,
+    in one child process (``_triton_interpret.py``; the interpreter must be chosen before triton is
+    imported, which this process already did). A failing child -> ``AssertionError`` with its stderr."""
+    root = Path(__file__).resolve().parents[2]
+
+    def run(cases: list, folder: Path) -> list:
+        torch.save(cases, folder / "cases.pt")
+        env = {**os.environ, "TRITON_INTERPRET": "1", "JAX_PLATFORMS": "cpu",
+               "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.run([sys.executable, str(Path(__file__).with_name("_triton_interpret.py")),
+                               str(folder / "cases.pt"), str(folder / "out.pt")], env=env, cwd=root,
+                              capture_output=True, text=True, timeout=600, check=False)
+        if proc.returncode:
+            raise AssertionError(f"interpreter child failed:\n{proc.stderr[-3000:]}")
+        return torch.load(folder / "out.pt")
+
+    return run

@@ -15,10 +15,7 @@ Bounds are multiples of the float32 unit roundoff ``u = 2^-24`` derived in each 
 ``tests/test_core_accuracy.py``, whose geodesic bound ``(2d + 16) u`` is reused and derived there).
 """
 import math
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import mpmath
@@ -36,7 +33,6 @@ pytest.importorskip("triton")
 from adsim.model import gate_triton  # noqa: E402
 from adsim.model.matching import match  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 U = 2.0 ** -24  # float32 unit roundoff
 DPS = 50
 
@@ -196,18 +192,9 @@ CASES = _cases()
 
 
 @pytest.fixture(scope="module")
-def interpreted(tmp_path_factory):
+def interpreted(tmp_path_factory, triton_interpreter):
     """``{case: Decisions}`` from one interpreter child process (``_triton_interpret.py``)."""
-    tmp = tmp_path_factory.mktemp("triton_accuracy")
-    torch.save(list(CASES.values()), tmp / "cases.pt")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("_triton_interpret.py")),
-                           str(tmp / "cases.pt"), str(tmp / "out.pt")], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, check=False)
-    if proc.returncode:
-        raise AssertionError(f"interpreter child failed:\n{proc.stderr[-3000:]}")
-    out = torch.load(tmp / "out.pt")
+    out = triton_interpreter(list(CASES.values()), tmp_path_factory.mktemp("triton_accuracy"))
     return {name: gate_triton.Decisions(*o["decisions"]) for name, o in zip(CASES, out)}
 
 

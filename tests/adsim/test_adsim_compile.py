@@ -69,6 +69,13 @@ def _grads(head):
     return {n: p.grad.clone() for n, p in head.named_parameters() if p.grad is not None}
 
 
+def _twin_heads(tiny, cfg):
+    """Two identical training-mode heads of ``cfg``: one for the eager step, one for the compiled step."""
+    spec = tiny.spec
+    eager = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(tiny, prompt_ensemble())).train()
+    return eager, copy.deepcopy(eager)
+
+
 def test_compiled_step_matches_eager_for_three_steps(tiny):
     """3 training steps (Adam between them) from the same start: every loss part, every gradient and,
     after each optimiser step, every parameter and buffer (centroids, init flags, VACA running Delta and
@@ -76,8 +83,7 @@ def test_compiled_step_matches_eager_for_three_steps(tiny):
     spec = tiny.spec
     cfg = _cfg()
     torch.manual_seed(0)
-    eager = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(tiny, prompt_ensemble())).train()
-    comp = copy.deepcopy(eager)
+    eager, comp = _twin_heads(tiny, cfg)
     backend = Counting()
     step = compiled_step.compiled_loss(cfg, comp, tiny, spec.grid, backend=backend, fullgraph=True)
     opts = make_optimizer(cfg, eager), make_optimizer(cfg, comp)
@@ -139,8 +145,7 @@ def test_sequential_gate_runs_between_compiled_graphs(tiny):
     spec = tiny.spec
     cfg = _cfg()._replace(gate_mode="sequential")
     torch.manual_seed(0)
-    eager = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(tiny, prompt_ensemble())).train()
-    comp = copy.deepcopy(eager)
+    eager, comp = _twin_heads(tiny, cfg)
     backend = Counting()
     step = compiled_step.compiled_loss(cfg, comp, tiny, spec.grid, backend=backend)
     for k, batch in enumerate(_batches(spec, 1, b=2)):
@@ -202,8 +207,7 @@ def test_compile_failure_falls_back_to_eager_with_one_warning(tiny):
     spec = tiny.spec
     cfg = _cfg()
     torch.manual_seed(0)
-    eager = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(tiny, prompt_ensemble())).train()
-    comp = copy.deepcopy(eager)
+    eager, comp = _twin_heads(tiny, cfg)
     backend = Failing()
     step = compiled_step.compiled_loss(cfg, comp, tiny, spec.grid, backend=backend)
     for k, batch in enumerate(_batches(spec, 2, b=2)):

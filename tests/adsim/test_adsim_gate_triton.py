@@ -15,11 +15,7 @@ widths and the edge features, its ``r`` within 1e-6 *relative* of the scan's. Co
 kernels for an H100/H200 (sm_90) with Triton's real compiler, which needs no GPU (the dots kernel:
 no spills at 1, 2 and 4 warps).
 """
-import os
-import subprocess
-import sys
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,7 +27,6 @@ from adsim.model import gate_triton as _gate_triton  # noqa: E402
 from adsim.model.matching import _compiled_scan, match, match_sequential  # noqa: E402
 from poolsim import _core  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 S, N, D = 3, 24, 24  # small: the interpreter runs each tile operation through NumPy
 TAU = {"l2": 1.3, "cosine": 0.7, "geodesic": 1.4}  # fixed radii inside the data's distance range
 
@@ -97,19 +92,10 @@ for _update in ("ema", "slerp"):
 
 
 @pytest.fixture(scope="module")
-def interpreted(tmp_path_factory):
+def interpreted(tmp_path_factory, triton_interpreter):
     """``{case: {"decisions": Decisions, "matched": Matched}}`` from one interpreter child process."""
-    tmp = tmp_path_factory.mktemp("triton")
-    torch.save([{"args": args, "kw": kw, "kernel": _kernel(name)} for name, (args, kw) in CASES.items()],
-               tmp / "cases.pt")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("_triton_interpret.py")),
-                           str(tmp / "cases.pt"), str(tmp / "out.pt")], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, check=False)
-    if proc.returncode:
-        raise AssertionError(f"interpreter child failed:\n{proc.stderr[-3000:]}")
-    out = torch.load(tmp / "out.pt")
+    out = triton_interpreter([{"args": args, "kw": kw, "kernel": _kernel(name)} for name, (args, kw) in CASES.items()],
+                             tmp_path_factory.mktemp("triton"))
     return {name: {"decisions": _gate_triton.Decisions(*o["decisions"]), "matched": o["matched"]}
             for name, o in zip(CASES, out)}
 
