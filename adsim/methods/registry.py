@@ -126,7 +126,8 @@ class Trainer(NamedTuple):
     checkpoint stores (saved as ``checkpoint["head"]``; the frozen backbone is *not* part of it).
     ``forward(module, backbone, images) -> out``: the training forward pass (run under autocast).
     ``loss(cfg, module, out, batch) -> (loss, {name: detached value})``: the step's objective;
-    ``batch`` has ``image``, ``mask``, ``has_mask``, ``label``, ``pixel_domain``.
+    ``batch`` has ``image``, ``mask``, ``has_mask``, ``label``, ``pixel_domain`` and ``domain`` (int64, the
+    sample's index in ``cfg.train_domains``).
     ``method(cfg, backbone, module) -> Method``: the method of the module as it is now (checkpoint
     selection scores it; the module's parameters are shared, not copied)."""
     build: Callable

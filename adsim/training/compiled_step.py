@@ -74,7 +74,7 @@ DEFAULT = "cuda"
 # torch.compile backend of the training step; the AOTAutograd tests set "aot_eager" (graph capture and
 # AOTAutograd without code generation), the inductor tests keep it
 BACKEND = "inductor"
-_KEYS = ("mask", "has_mask", "label", "pixel_domain")  # the batch entries the objective reads
+_KEYS = ("mask", "has_mask", "label", "pixel_domain", "domain")  # the batch entries the objective reads
 
 
 class CompileFallbackWarning(UserWarning):

@@ -122,18 +122,23 @@ def _config_record(cfg: TrainConfig, backbone, prompts) -> dict:
                          "not zero-shot") if cfg.select == "test" else "zero-shot: target never used"}
 
 
-class _PixelDomain(torch.utils.data.Dataset):
-    """Adds ``pixel_domain`` (1 where the sample's domain has pixel masks) to every item, so that
-    ``cls_only_pixel_loss="none"`` can drop the pixel loss of classification-only domains."""
+class _DomainFlags(torch.utils.data.Dataset):
+    """Adds ``pixel_domain`` (1 where the sample's domain has pixel masks, so that
+    ``cls_only_pixel_loss="none"`` can drop the pixel loss of classification-only domains) and ``domain``
+    (int64: the sample's domain as an index into ``domains``, ``cfg.train_domains``) to every item."""
 
-    def __init__(self, dataset, samples):
-        self.dataset, self.flags = dataset, [float(s.domain in MASKED) for s in samples]
+    def __init__(self, dataset, samples, domains):
+        index = {d: i for i, d in enumerate(domains)}
+        self.dataset = dataset
+        self.flags = [float(s.domain in MASKED) for s in samples]
+        self.domains = [index[s.domain] for s in samples]
 
     def __len__(self):
         return len(self.dataset)
 
     def __getitem__(self, i):
-        return {**self.dataset[i], "pixel_domain": torch.tensor(self.flags[i])}
+        return {**self.dataset[i], "pixel_domain": torch.tensor(self.flags[i]),
+                "domain": torch.tensor(self.domains[i], dtype=torch.int64)}
 
 
 def _batch_to(batch, device):
@@ -239,7 +244,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
             forward = (lambda x: x) if trunk_cache else (lambda x: trunk_tokens(backbone, x))  # noqa: E731
             loss_fn = compiled_step.compiled_loss(cfg, head, backbone, spec.grid, amp, mode=compile_mode)
             regions = loss_fn.regions
-    dataset = _PixelDomain(dataset, samples)
+    dataset = _DomainFlags(dataset, samples, cfg.train_domains)
     for epoch in range(start, cfg.epochs):
         # shuffling depends only on (seed, epoch): a resumed run sees the same order
         loader = torch.utils.data.DataLoader(dataset, batch_size=local_batch,
