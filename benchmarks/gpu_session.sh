@@ -13,9 +13,19 @@
 # eager and default-mode for every method, eval, predict, an engine run on all local devices) and
 # targets.md: ONE table of every target, measured vs target, met or not (also printed last). Nothing is
 # written into benchmarks/RESULTS.md: copy the tables there with the card's name.
-# Each section has its own timeout so that a slow one cannot eat the others' time; together they stay
-# under 8 minutes with the machine's start-up (env 10 s + 60 + 60 + 210 + 120 s = 460 s at most).
-# SECTIONS="mc gate ad e2e" (the default) runs a subset; "bl" adds the baselines' costs (section 5).
+# The toy data and run folders of section 4 go to $E2E_DIR (default /tmp/adsim_e2e), not $OUT: the device
+# tool brings back at most 8 files (call 1 writes 8 into $OUT, call 2 six).
+# Each section has its own timeout so that a slow one cannot eat the others' time. A session's 15 minutes
+# of device time hold two calls on one warm machine (the start-up, 1-2 minutes, counts too):
+#
+#     SECTIONS="mc gate ad" bash benchmarks/gpu_session.sh     # env 10 + 90 + 60 + 240 s = 400 s at most
+#     SECTIONS="e2e bl" bash benchmarks/gpu_session.sh         # env 10 + 300 + 120 + 120 s = 550 s at most
+#
+# (measured on an H200, 2026-11-26: the first call took 400 s with its ad section cut short at 210 s, the
+# e2e section needed ~300 s at 60 s per command and did not finish, "bl" took 60 s). SECTIONS="mc gate ad
+# e2e" (the default) runs the four in one call (up to 700 s: over one call's 600 s, so name the sections);
+# "bl" adds the baselines' costs (section 5); "mcchunk" a 524,288-seed chunk of the engine (its compilation
+# alone outlasted 60 s on the H200).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to a folder for the results}
@@ -40,9 +50,9 @@ on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 # 1. Monte-Carlo engine: both paths at 10^6 seeds, per seed and as an on-device summary (rows "summary on
 #    device"; targets <= 0.5 s per seed, <= 0.2 s summary, first call <= 20 s), then one chunk split by
-#    program; the second line tries larger chunks (fewer matching-loop trips per seed), sufficient path only.
+#    program; section "mcchunk" tries larger chunks (fewer matching-loop trips per seed), sufficient path only.
 on mc && timeout 90 python3 benchmarks/gpu_montecarlo.py --profile --out "$OUT/mc.md" 2>&1 | tee "$OUT/mc.log"
-on mc && timeout 60 python3 benchmarks/gpu_montecarlo.py --chunk 524288 --no-write 2>&1 | tee "$OUT/mc_chunk512k.log"
+on mcchunk && timeout 120 python3 benchmarks/gpu_montecarlo.py --chunk 524288 --no-write 2>&1 | tee "$OUT/mc_chunk512k.log"
 
 # 2. Exact sequential gate on the GPU: Triton kernels (the default "auto" = dots for the EMA, chords for
 #    slerp, and each kernel by name) and JAX scan vs the literal loop.
@@ -61,19 +71,18 @@ fi
 #    reduce-overhead: bare, naive, matching+VACA with the batched and the exact gate; their compile time
 #    is a row of its own), targets (also into targets.txt). Every row is printed to ad.log as it is
 #    measured, so a timeout during the compiled steps keeps the rows before it.
-on ad && timeout 210 python3 benchmarks/gpu_adsim.py --results "$OUT/ad.md" --warmup 2 --iters 6 \
+on ad && timeout 240 python3 benchmarks/gpu_adsim.py --results "$OUT/ad.md" --warmup 2 --iters 6 \
     --skip-literal --batch-sizes 16 --sweep --targets "$TARGETS" 2>&1 | grep -v "^WARNING:root" | tee "$OUT/ad.log"
 
 # 4. End to end, what a user runs (tiny backbone: a functional check; ViT-L's timings are section 3):
 #    make-toy-bmad (480 PNGs at 256 px, timed), train eager and in the default mode (compiled on CUDA)
 #    for naive, match (batched and exact gate) and anomalyclip, eval, predict, and the Monte-Carlo
 #    engine on all local devices; one row per check into targets.txt.
-on e2e && timeout 120 python3 benchmarks/gpu_e2e.py --out "$OUT/e2e" --targets "$TARGETS" --timeout 60 \
+on e2e && rm -rf "${E2E_DIR:-/tmp/adsim_e2e}" && timeout 300 python3 benchmarks/gpu_e2e.py --out "${E2E_DIR:-/tmp/adsim_e2e}" --targets "$TARGETS" --timeout 90 \
     --n-per-class 16 --size 256 --image-size 64 --seeds 100000 2>&1 | grep -v "^WARNING:root" | tee "$OUT/e2e.log"
 
-# 5. The baselines at ViT-L-14-336, B = 16 (not in the default SECTIONS, it does not fit the 8 minutes
-#    beside the rest: SECTIONS="bl"): inference of the head, WinCLIP, AnomalyCLIP, APRIL-GAN and BiLoRA,
-#    then one training step (forward, loss, backward) of the head, BiLoRA and every registered trainer.
+# 5. The baselines at ViT-L-14-336, B = 16 (not in the default SECTIONS: run it with e2e in the second
+#    call): inference of the head, WinCLIP, AnomalyCLIP, APRIL-GAN and BiLoRA, then one training step (forward, loss, backward) of the head, BiLoRA and every registered trainer.
 on bl && timeout 120 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 \
     --iters 5 2>&1 | grep -v "^WARNING:root" | tee "$OUT/baselines.log"
 on bl && timeout 120 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 \
