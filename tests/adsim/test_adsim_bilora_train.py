@@ -129,3 +129,167 @@ def test_resume_mid_sequence_ends_in_the_uninterrupted_state(reference, toy_root
     adam = [(s["step"], s["exp_avg"], s["exp_avg_sq"]) for s in got["optimizer"]["state"].values()]
     ref_adam = [(s["step"], s["exp_avg"], s["exp_avg_sq"]) for s in want["optimizer"]["state"].values()]
     assert len(adam) == len(ref_adam) and all(torch.equal(a, b) for x, y in zip(adam, ref_adam) for a, b in zip(x, y))
+
+
+def test_eval_and_predict_rebuild_the_run_from_its_folder(reference, toy_root, tmp_path):
+    run, _ = reference
+    last = load_torch(run / "checkpoint_last.pt")["head"]
+    method = Detector.from_run(run, checkpoint="last", device="cpu").method
+    assert isinstance(method, registry.HeadMethod) and method.name == "bilora"
+    assert method.head.state_dict().keys() == last.keys()
+    assert all(torch.equal(v, last[k]) for k, v in method.head.state_dict().items())
+    # the best checkpoint (held-out selection) holds the domains started when it was written
+    best = read_json(run / "history.json")["best"]
+    best_head = _final_head(run, "best")
+    assert len(bilora.parametrizations(best_head)[0].cores) == best["domain_index"] + 1
+    assert bilora.domains_in(load_torch(run / "checkpoint_best.pt")["head"]) == best["domain_index"] + 1
+    assert main(["eval", "--run", str(run), "--data", str(toy_root), "--no-progress", "--device", "cpu"]) == 0
+    m = read_json(run / "metrics.json")
+    assert m["method"] == "bilora" and 0 <= m["image_auc"] <= 100 and 0 <= m["pixel_auc"] <= 100
+    image = next((toy_root / "Brain_AD" / "test" / "Ungood" / "img").glob("*.png"))
+    assert main(["predict", "--run", str(run), "--out", str(tmp_path / "pred"), str(image), "--device", "cpu"]) == 0
+    assert len(pd.read_csv(tmp_path / "pred" / "scores.csv")) == 1
+
+
+def test_a_state_of_another_method_is_refused(reference, tiny):
+    run, _ = reference
+    cfg = config_from_recipe(recipes.get("bilora"), data="", target="Brain", out="")
+    record = read_json(run / "config.json")
+    with pytest.raises(ValueError, match="not a bilora state"):
+        bilora.load(cfg, tiny, record, {"fc.0.weight": torch.zeros(2, 2)})
+    state = dict(load_torch(run / "checkpoint_last.pt")["head"])
+    state.pop("det_adapters.0.up.parametrizations.weight.0.cores.2")
+    with pytest.raises(ValueError, match="does not fit the bilora head"):
+        bilora.load(cfg, tiny, record, state)
+
+
+def test_table_trains_it_leave_one_out_beside_the_paper_row(toy_root, tmp_path):
+    from adsim.data import reference as paper
+    from adsim.experiments import table
+
+    assert table.method_kind("bilora") == "trained"
+    out = tmp_path / "table"
+    table.run(out, toy_root, methods=["bilora"], targets=["Liver"], shots=[0], backbone="tiny", epochs=1,
+              batch_size=8, progress=False)
+    run = out / "runs" / "Liver" / "bilora"
+    cfg = json.loads((run / "config.json").read_text())["config"]
+    assert cfg["method"] == "bilora" and "Liver" not in cfg["train_domains"]  # leave-one-out
+    # one phase per training domain, in cfg.train_domains order
+    assert [e["domain"] for e in read_json(run / "history.json")["history"]] == cfg["train_domains"]
+    df = pd.read_csv(out / "table.csv")
+    assert {"bilora k=0 AC", "bilora k=0 AS", "paper-reported BiLORA* AC"} <= set(df.columns)
+    # the paper's Table 1 row "BiLORA*" (adsim/data/reference.py)
+    assert df["paper-reported BiLORA* AC"][0] == paper.TABLE1["BiLORA*"][("Liver", "AC")]
+
+
+def test_a_trainer_schedule_is_checked_when_registered():
+    trainer = registry.TRAINERS["bilora"]
+    with pytest.raises(ValueError, match=r"trainer schedule must be one of \('pooled', 'sequential'\), got 'shuffled'"):
+        registry.register_trainer("x_bad", trainer._replace(schedule="shuffled"))
+    with pytest.raises(ValueError, match="'sequential' needs a callable start_domain"):
+        registry.register_trainer("x_bad", trainer._replace(start_domain=None))
+    assert "x_bad" not in registry.TRAINERS
+    assert registry.Trainer(*trainer[:4]).schedule == "pooled"  # the default: the other methods' loop
+
+
+class _Backend:
+    """A torch.compile backend: ``aot_eager`` counting the graphs it compiled, or failing at every compile."""
+
+    def __init__(self, fail=False):
+        from torch._dynamo.backends.registry import lookup_backend
+        self.inner, self.fail, self.graphs = lookup_backend("aot_eager"), fail, 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        if self.fail:
+            raise RuntimeError("injected compiler failure")
+        return self.inner(gm, example_inputs)
+
+
+class _PerDomain(torch.nn.Module):
+    """A minimal sequential trainer's module: one weight vector per started domain, the newest one trained."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.ParameterList()
+
+
+def _start(cfg, module, index):
+    for p in module.w:
+        p.requires_grad_(False)
+    module.w.append(torch.nn.Parameter(torch.full((3,), 0.1 * (index + 1))))
+
+
+def _toy_forward(module, backbone, images):
+    return images.mean((2, 3)) @ sum(module.w)  # (B,): every started domain's weights
+
+
+def _toy_loss(cfg, module, out, batch):
+    loss = ((out - batch["label"].float()) ** 2).mean()
+    return loss, {"mse": loss.detach()}
+
+
+TOY = registry.Trainer(build=lambda cfg, backbone: _PerDomain(), forward=_toy_forward, loss=_toy_loss,
+                       method=None, schedule="sequential", start_domain=_start)
+
+
+def _api_run(toy_root, out, compile_mode, trainer=TOY):
+    """A 1-epoch-per-domain run on two domains; ``trainer`` in place of bilora's (the generic schedule)."""
+    r = recipes.override(recipes.get("bilora"), epochs=1, batch_size=BATCH)
+    cfg = config_from_recipe(r, data=str(toy_root), out=str(out), target="Brain", train_domains=DOMAINS[:2],
+                             backbone="tiny", seed=0, device="cpu")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(registry.TRAINERS, "bilora", trainer)
+        return train(cfg, progress=False, compile_mode=compile_mode)
+
+
+@pytest.fixture(scope="module")
+def eager_run(toy_root, tmp_path_factory):
+    return _api_run(toy_root, tmp_path_factory.mktemp("eager") / "run", None)
+
+
+def test_the_compiled_step_is_rebuilt_per_domain_and_trains_like_eager(eager_run, toy_root, tmp_path, monkeypatch):
+    """Graph capture + AOTAutograd (``aot_eager``) of a minimal sequential trainer: a fresh pair of compiled
+    regions per domain (the trained parameters change), the eager run's weights within the compile tests'
+    float32 tolerance (tests/adsim/test_adsim_compile.py docstring)."""
+    backend = _Backend()
+    monkeypatch.setattr(compiled_step, "BACKEND", backend)
+    run = _api_run(toy_root, tmp_path / "run", "default")
+    # the forward and the loss region of each of the 2 domains: 4 graphs (the last batch has the same shape)
+    assert backend.graphs == 2 * 2
+    assert "compile_failed" not in read_json(run / "config.json")["execution"]
+    got, want = (load_torch(r / "checkpoint_last.pt")["head"] for r in (run, eager_run))
+    assert got.keys() == want.keys() == {"w.0", "w.1"}
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-7, msg=k)
+    assert not torch.equal(want["w.1"], torch.full((3,), 0.2))  # domain 1's weights trained
+
+
+def test_a_compile_failure_falls_back_once_for_all_domains(eager_run, toy_root, tmp_path, monkeypatch):
+    """A failing backend: one CompileFallbackWarning in the whole run (the later domains train eagerly
+    without trying again), recorded in config.json, and the eager run's weights bitwise (nothing ran twice)."""
+    backend = _Backend(fail=True)
+    monkeypatch.setattr(compiled_step, "BACKEND", backend)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        run = _api_run(toy_root, tmp_path / "run", "default")
+    fallbacks = [w for w in rec if issubclass(w.category, compiled_step.CompileFallbackWarning)]
+    assert len(fallbacks) == 1 and backend.graphs == 1
+    assert read_json(run / "config.json")["execution"]["compile_failed"] is True
+    got, want = (load_torch(r / "checkpoint_last.pt")["head"] for r in (run, eager_run))
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+@pytest.mark.slow
+def test_bilora_compiled_through_train_trains_like_eager(toy_root, tmp_path, monkeypatch):
+    """bilora's own trainer (parametrised adapter weights, frozen tower) compiled per domain with
+    ``aot_eager``: the eager run's head within the compile tests' tolerance (~60 s on 2 CPU cores:
+    dynamo traces the tiny tower once per domain)."""
+    eager = _api_run(toy_root, tmp_path / "eager", None, registry.TRAINERS["bilora"])
+    backend = _Backend()
+    monkeypatch.setattr(compiled_step, "BACKEND", backend)
+    run = _api_run(toy_root, tmp_path / "run", "default", registry.TRAINERS["bilora"])
+    assert backend.graphs >= 2 * 2 and "compile_failed" not in read_json(run / "config.json")["execution"]
+    got, want = (load_torch(r / "checkpoint_last.pt")["head"] for r in (run, eager))
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-6, msg=k)
