@@ -60,7 +60,7 @@ def trainer_step(cfg: TrainConfig, trainer, module, backbone, compile_mode: str 
     its compiled regions) unless ``compile_mode`` is ``None``, else eager (``regions`` ``None``)."""
     if compile_mode is not None:
         return compiled_step.compiled_trainer(cfg, trainer, module, backbone, mode=compile_mode)
-    return (lambda x: trainer.forward(module, backbone, x)), trainer.loss, None  # noqa: E731
+    return (lambda x: trainer.forward(module, backbone, x)), trainer.loss, None
 
 
 def sampler_seed(cfg: TrainConfig, domain: int | None) -> int:

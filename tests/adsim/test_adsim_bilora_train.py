@@ -283,7 +283,7 @@ def test_a_compile_failure_falls_back_once_for_all_domains(eager_run, toy_root, 
 @pytest.mark.slow
 def test_bilora_compiled_through_train_trains_like_eager(toy_root, tmp_path, monkeypatch):
     """bilora's own trainer (parametrised adapter weights, frozen tower) compiled per domain with
-    ``aot_eager``: the eager run's head within the compile tests' tolerance (~60 s on 2 CPU cores:
+    ``aot_eager``: the eager run's head within the compile tests' tolerance (~90 s on 2 shared CPU cores:
     dynamo traces the tiny tower once per domain)."""
     eager = _api_run(toy_root, tmp_path / "eager", None, registry.TRAINERS["bilora"])
     backend = _Backend()
