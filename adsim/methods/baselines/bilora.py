@@ -127,7 +127,8 @@ def attach(head, *, rank: int = RANK) -> list:
     parameter of the head; returns the parametrisations in :func:`adapted_linears` order. A head that
     has matching centroids or VACA -> ``ValueError`` (BiLoRA here adapts the naive head)."""
     if getattr(head, "vaca", None) is not None or getattr(head, "centroids", None) is not None:
-        raise ValueError("bilora adapts the naive adapter head: the head must have no VACA and no matching")
+        raise ValueError("bilora adapts the naive adapter head: the head must have no VACA and no matching "
+                         "(recipe fields vaca=False and method other than 'match'; --recipe bilora sets them)")
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
         raise ValueError(f"rank must be an integer >= 1, got {rank!r}")
     for p in head.parameters():
@@ -239,7 +240,7 @@ def domains_in(state: dict) -> int:
 
 
 def load(cfg, backbone, record: dict, state: dict) -> HeadMethod:
-    """Rebuild the method of a ``bilora`` run: :func:`build_head` with the run's prompts, one
+    """Rebuild the method of a ``bilora`` run: :func:`bilora_head` with the run's recorded prompts, one
     :func:`start_domain` per domain the checkpoint holds (a ``best`` checkpoint may hold fewer than
     ``cfg.train_domains``), then the state; a state that does not fit -> ``ValueError``."""
     if not isinstance(state, dict) or domains_in(state) == 0:
