@@ -178,7 +178,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     fresh optimiser (:func:`make_optimizer`), then ``cfg.epochs`` epochs on that domain's samples only
     (``cfg.epochs`` per domain, so ``len(train_domains) * epochs`` epochs in all). The checkpoints record
     ``(domain, epoch)``, so ``--resume`` continues inside the interrupted domain (optimiser state
-    included); a changed ``--epochs`` applies to the domains not yet finished. History entries name the
+    included); a changed ``--epochs`` applies from the checkpoint's domain on (that domain continues to
+    the new count; the domains before it keep theirs). History entries name the
     domain (``domain``, ``domain_index``); checkpoint selection scores after every epoch of every domain.
     The step (compiled or eager) is rebuilt for every domain, as the set of trained parameters changes;
     after a compile fallback the remaining domains train eagerly (one warning in all)."""

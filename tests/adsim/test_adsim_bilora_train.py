@@ -233,14 +233,25 @@ TOY = registry.Trainer(build=lambda cfg, backbone: _PerDomain(), forward=_toy_fo
                        method=None, schedule="sequential", start_domain=_start)
 
 
-def _api_run(toy_root, out, compile_mode, trainer=TOY):
-    """A 1-epoch-per-domain run on two domains; ``trainer`` in place of bilora's (the generic schedule)."""
-    r = recipes.override(recipes.get("bilora"), epochs=1, batch_size=BATCH)
+def _api_run(toy_root, out, compile_mode, trainer=TOY, epochs=1, resume=False):
+    """A run on two domains (``epochs`` each); ``trainer`` in place of bilora's (the generic schedule)."""
+    r = recipes.override(recipes.get("bilora"), epochs=epochs, batch_size=BATCH)
     cfg = config_from_recipe(r, data=str(toy_root), out=str(out), target="Brain", train_domains=DOMAINS[:2],
                              backbone="tiny", seed=0, device="cpu")
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(registry.TRAINERS, "bilora", trainer)
-        return train(cfg, progress=False, compile_mode=compile_mode)
+        return train(cfg, progress=False, compile_mode=compile_mode, resume=resume)
+
+
+def test_resume_with_more_epochs_continues_from_the_checkpoints_domain(toy_root, tmp_path):
+    """A finished 1-epoch-per-domain run resumed with ``--epochs 2``: only the checkpoint's domain (the
+    last) trains on, to 2 epochs; the earlier domain keeps its 1 epoch and its weights."""
+    run = _api_run(toy_root, tmp_path / "run", None)
+    w0 = load_torch(run / "checkpoint_last.pt")["head"]["w.0"]
+    _api_run(toy_root, run, None, epochs=2, resume=True)
+    hist = read_json(run / "history.json")["history"]
+    assert [(e["domain_index"], e["epoch"]) for e in hist] == [(0, 0), (1, 0), (1, 1)]
+    assert torch.equal(load_torch(run / "checkpoint_last.pt")["head"]["w.0"], w0)
 
 
 @pytest.fixture(scope="module")
