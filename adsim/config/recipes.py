@@ -13,6 +13,8 @@ records the full recipe (``config.json`` -> ``"recipe"``; ``protocol.json`` for 
   losses' data, checkpoint selection and scoring.
 * ``anomalyclip`` -- the AnomalyCLIP baseline (``adsim.methods.baselines.anomalyclip``) with its training settings.
 * ``aprilgan`` -- the APRIL-GAN baseline (``adsim.methods.baselines.aprilgan``) with its training settings.
+* ``bilora`` -- the BiLoRA baseline (``adsim.methods.baselines.bilora``): the naive head's objective, domains
+  one at a time.
 
 Where a choice could not be implemented, the field still exists, the value is listed in
 :data:`NOT_IMPLEMENTED` and :func:`validate` rejects it with a one-line message; the shipped recipe
@@ -31,8 +33,8 @@ from adsim.data.domains import SPLITS
 
 # Allowed values of every categorical field (the first one is not special).
 CHOICES = {
-    # anomalyclip, aprilgan: adsim.methods.baselines.<name>
-    "method": ("naive", "match", "anomalyclip", "aprilgan"),
+    # anomalyclip, aprilgan, bilora: adsim.methods.baselines.<name>
+    "method": ("naive", "match", "anomalyclip", "aprilgan", "bilora"),
     "metric": METRICS,
     "gate_unit": ("patch", "image_mean"),
     "gate_filter": ("centroids", "skip_step"),
@@ -160,6 +162,13 @@ RECIPES = {
         name="aprilgan", method="aprilgan", vaca=False, prompts="mvfa_object", clip_norm=True, batch_size=8,
         epochs=15, lr=1e-3, beta_dice=1.0, beta_focal=1.0, beta_bce=0.0, lambda_intra=0.0, lambda_inter=0.0,
         lambda_var=0.0, cls_only_pixel_loss="none", select="last", smooth_sigma=0.0, protocol_mode="cumulative"),
+    # BiLoRA (Zhu et al., CVPR 2025; no public code): the clean recipe's naive head (no matching, no VACA:
+    # the protocol method "bilora"), one frequency-domain update per training domain, the domains one at a
+    # time (its Trainer's "sequential" schedule). epochs = clean's 10 PER DOMAIN, so the run takes as many
+    # steps as clean's 10 pooled epochs; lr 1e-4 = clean's and the protocol's (adsim.cli.protocol); the
+    # matching/VACA weights are 0 (those terms do not exist in the naive head).
+    "bilora": Recipe(
+        name="bilora", method="bilora", vaca=False, lambda_intra=0.0, lambda_inter=0.0, lambda_var=0.0),
 }
 
 

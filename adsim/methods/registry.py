@@ -117,6 +117,7 @@ def load_head_method(cfg, backbone, record: dict, state: dict) -> HeadMethod:
     return HeadMethod(backbone, head, scoring=cfg.scoring, clip_norm=cfg.clip_norm, name=cfg.method)
 
 
+SCHEDULES = ("pooled", "sequential")  # how adsim.training.train presents the training domains to a Trainer
 
 
 class Trainer(NamedTuple):
@@ -129,11 +130,20 @@ class Trainer(NamedTuple):
     ``batch`` has ``image``, ``mask``, ``has_mask``, ``label``, ``pixel_domain`` and ``domain`` (int64, the
     sample's index in ``cfg.train_domains``).
     ``method(cfg, backbone, module) -> Method``: the method of the module as it is now (checkpoint
-    selection scores it; the module's parameters are shared, not copied)."""
+    selection scores it; the module's parameters are shared, not copied).
+    ``schedule`` (one of :data:`SCHEDULES`): ``"pooled"`` (default) -- every epoch shuffles the samples of
+    all training domains together; ``"sequential"`` -- the domains one at a time in ``cfg.train_domains``
+    order, ``cfg.epochs`` epochs each on that domain's samples only, with a fresh optimiser per domain.
+    ``start_domain(cfg, module, index) -> None`` (required by ``"sequential"``, unused otherwise): called
+    once before domain ``index``'s epochs (0, 1, ...) and, on ``--resume``, again for every domain the
+    checkpoint has started, before its state is loaded; it sets which parameters train in that domain
+    (``requires_grad``) and may add parameters (the optimiser is built after it)."""
     build: Callable
     forward: Callable
     loss: Callable
     method: Callable
+    schedule: str = "pooled"
+    start_domain: Callable | None = None
 
 
 TRAINERS: dict[str, Trainer] = {}
@@ -141,7 +151,13 @@ TRAINERS: dict[str, Trainer] = {}
 
 def register_trainer(name: str, trainer: Trainer) -> Trainer:
     """Register the trainable part and loss of method ``name`` (``python -m adsim train --set method=NAME``
-    once the recipe allows it). Returns ``trainer``."""
+    once the recipe allows it). Returns ``trainer``. A ``schedule`` not in :data:`SCHEDULES`, or
+    ``"sequential"`` without a callable ``start_domain`` -> ``ValueError``."""
+    if trainer.schedule not in SCHEDULES:
+        raise ValueError(f"trainer schedule must be one of {SCHEDULES}, got {trainer.schedule!r}")
+    if trainer.schedule == "sequential" and not callable(trainer.start_domain):
+        raise ValueError(f"trainer schedule 'sequential' needs a callable start_domain(cfg, module, index), "
+                         f"got {trainer.start_domain!r}")
     TRAINERS[_check_name(name)] = trainer
     return trainer
 

@@ -1,4 +1,6 @@
-"""Zero-shot training: adapters (+ VACA, + geodesic matching) on every BMAD domain except the target.
+"""Zero-shot training: adapters (+ VACA, + geodesic matching), or a registered method's trainable part, on
+every BMAD domain except the target -- pooled (every epoch shuffles all domains together) or, for a
+method whose ``Trainer`` asks for it, sequentially (the domains one at a time; :func:`train`).
 
 The target's data is never read unless ``select="test"`` (the authors' protocol, clearly labelled as
 optimistic in every output). Default: fixed number of epochs, last checkpoint. One backward pass per
@@ -47,21 +49,25 @@ def _trainer(cfg):
     return catalog.trainer(cfg.method)
 
 
-
-
-
-
-
-
 def make_optimizer(cfg: TrainConfig, head: Head) -> torch.optim.Optimizer:
     """Adam with the reference betas ``(0.5, 0.999)`` on every trainable head parameter."""
     return torch.optim.Adam(head.parameters(), lr=cfg.lr, betas=cfg.betas)
 
 
+def trainer_step(cfg: TrainConfig, trainer, module, backbone, compile_mode: str | None) -> tuple:
+    """``(forward(images) -> out, loss_fn, regions)`` of a method's :class:`adsim.methods.registry.Trainer`
+    on ``module`` as it is now: compiled (:func:`adsim.training.compiled_step.compiled_trainer`; ``regions``
+    its compiled regions) unless ``compile_mode`` is ``None``, else eager (``regions`` ``None``)."""
+    if compile_mode is not None:
+        return compiled_step.compiled_trainer(cfg, trainer, module, backbone, mode=compile_mode)
+    return (lambda x: trainer.forward(module, backbone, x)), trainer.loss, None
 
 
-
-
+def sampler_seed(cfg: TrainConfig, domain: int | None) -> int:
+    """Seed of the epoch shuffles (``distributed.sampler`` adds the epoch): ``cfg.seed * 100_003`` for
+    the pooled schedule, plus ``1_000 (domain + 1)`` for domain ``domain`` of the sequential one (distinct
+    shuffles per domain below 1,000 epochs); a resumed run sees the same order."""
+    return cfg.seed * 100_003 + (0 if domain is None else 1_000 * (domain + 1))
 
 
 def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, grid: int, device, amp, *,
@@ -165,7 +171,18 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     after the frozen trunk (``adsim.training.compiled_step``; same result up to float rounding, fewer
     kernel launches; one process; falls back to eager with one warning if compilation fails). Both are
     run settings, not recipe fields: recorded in ``config.json`` under ``"execution"`` (with the world
-    size and the device), and ``--resume`` may change them."""
+    size and the device), and ``--resume`` may change them.
+
+    A method whose :class:`adsim.methods.registry.Trainer` has ``schedule="sequential"`` trains one phase
+    per training domain, in ``cfg.train_domains`` order: ``trainer.start_domain(cfg, module, index)``, a
+    fresh optimiser (:func:`make_optimizer`), then ``cfg.epochs`` epochs on that domain's samples only
+    (``cfg.epochs`` per domain, so ``len(train_domains) * epochs`` epochs in all). The checkpoints record
+    ``(domain, epoch)``, so ``--resume`` continues inside the interrupted domain (optimiser state
+    included); a changed ``--epochs`` applies from the checkpoint's domain on (that domain continues to
+    the new count; the domains before it keep theirs). History entries name the
+    domain (``domain``, ``domain_index``); checkpoint selection scores after every epoch of every domain.
+    The step (compiled or eager) is rebuilt for every domain, as the set of trained parameters changes;
+    after a compile fallback the remaining domains train eagerly (one warning in all)."""
 
     cfg = validate(cfg)
     ddp = distributed.setup(cfg.device)  # [distributed] world size 1 without torchrun
@@ -200,7 +217,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         if ddp.size > 1 or trunk_cache:
             raise ValueError(f"method {cfg.method} trains in one process without --trunk-cache")
         head = trainer.build(cfg, backbone).to(device)
-    opt = make_optimizer(cfg, head)
+    # "sequential" (adsim.methods.registry.SCHEDULES): one phase per training domain, each with its own
+    # optimiser built after trainer.start_domain; otherwise one phase over the pooled domains
+    sequential = trainer is not None and trainer.schedule == "sequential"
+    opt = None if sequential else make_optimizer(cfg, head)
     scaler = torch.amp.GradScaler(device.type, enabled=amp is torch.float16)
 
     samples = [s for d in cfg.train_domains for sp in cfg.train_splits for s in bmad.list_split(cfg.data, d, sp)]
@@ -213,26 +233,29 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         bmad.require_both_classes(selection, f"selection set ({cfg.select})")
     record = _jsonable(_config_record(cfg, backbone, prompts))
     record["n_train_images"] = len(samples)
+    record["schedule"] = trainer.schedule if trainer is not None else "pooled"
     # of the latest (re)start; "compile_failed" is added if the compiled step falls back to eager
     record["execution"] = execution_record(ddp, device, compile_mode=compile_mode, trunk_cache=trunk_cache)
     if ddp.rank == 0:
         write_json(out / "config.json", record)
 
-    start, history, best = 0, [], None
+    # where training goes on: (phase, epoch) -- the phase is the domain index when sequential, else 0
+    start, history, best = (0, 0), [], None
     if resume:
         ckpt = load_torch(last, map_location=device)
+        phase = ckpt.get("domain") or 0
+        if sequential:  # the checkpoint's parameters exist once every domain it started has started
+            for d in range(phase + 1):
+                trainer.start_domain(cfg, head, d)
+            opt = make_optimizer(cfg, head)
         head.load_state_dict(ckpt["head"])
         opt.load_state_dict(ckpt["optimizer"])
         scaler.load_state_dict(ckpt["scaler"])
-        start, history, best = ckpt["epoch"] + 1, ckpt["history"], ckpt["best"]
+        start, history, best = (phase, ckpt["epoch"] + 1), ckpt["history"], ckpt["best"]
     dataset = bmad.ImageDataset(samples, spec.image_size, clip_norm=cfg.clip_norm)
-    loss_fn, regions = None if trainer is None else trainer.loss, None
-    if trainer is not None and compile_mode is not None:  # its forward and loss as two compiled regions
-        forward, loss_fn, regions = compiled_step.compiled_trainer(cfg, trainer, head, backbone, mode=compile_mode)
-    elif trainer is not None:  # a method's own training forward (adsim.methods.registry.Trainer)
-        forward = lambda x: trainer.forward(head, backbone, x)  # noqa: E731
-    else:
-        if trunk_cache and start < cfg.epochs:
+    loss_fn, regions = None, None
+    if trainer is None:
+        if trunk_cache and start[1] < cfg.epochs:
             dataset = build_trunk_cache(backbone, dataset, device=device, amp=amp, batch_size=local_batch,
                                         num_workers=cfg.num_workers, progress=progress)
             per_rank = lambda h, x: adapter_bottlenecks(backbone, h, x)  # noqa: E731
@@ -245,32 +268,60 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
             loss_fn = compiled_step.compiled_loss(cfg, head, backbone, spec.grid, amp, mode=compile_mode)
             regions = loss_fn.regions
     dataset = _DomainFlags(dataset, samples, cfg.train_domains)
-    for epoch in range(start, cfg.epochs):
-        # shuffling depends only on (seed, epoch): a resumed run sees the same order
-        loader = torch.utils.data.DataLoader(dataset, batch_size=local_batch,
-                                             sampler=distributed.sampler(dataset, cfg.seed * 100_003, epoch, ddp),
-                                             num_workers=cfg.num_workers, pin_memory=device.type == "cuda")
-        entry = {"epoch": epoch, **train_epoch(cfg, head, opt, scaler, loader, forward, spec.grid, device, amp,
-                                                desc=f"epoch {epoch + 1}/{cfg.epochs}", progress=progress,
-                                                gather=distributed.gather_dict if ddp.size > 1 else None,
-                                                loss_fn=loss_fn)}
-        distributed.check_in_sync(head)
-        if regions is not None and regions.fell_back and "compile_failed" not in record["execution"]:
-            record["execution"]["compile_failed"] = True  # this run trained eagerly after the warning
-            if ddp.rank == 0:
-                write_json(out / "config.json", record)
-        if selection:
-            scored = head if trainer is None else trainer.method(cfg, backbone, head)
-            entry["selection_score"] = selection_score(backbone, scored, selection, cfg, device)
-            if best is None or entry["selection_score"] > best["score"]:
-                best = {"epoch": epoch, "score": entry["selection_score"]}
+
+    def run_phase(domain, first_epoch, data, opt, forward, loss_fn, regions):
+        """Epochs ``first_epoch .. cfg.epochs - 1`` on ``data`` (domain index ``domain``, ``None``: pooled),
+        each followed by checkpoint selection, the history entry and the checkpoint."""
+        nonlocal best
+        name = "" if domain is None else f"{cfg.train_domains[domain]} "
+        for epoch in range(first_epoch, cfg.epochs):
+            loader = torch.utils.data.DataLoader(data, batch_size=local_batch,
+                                                 sampler=distributed.sampler(data, sampler_seed(cfg, domain), epoch, ddp),
+                                                 num_workers=cfg.num_workers, pin_memory=device.type == "cuda")
+            where = {"epoch": epoch} if domain is None else \
+                {"domain": cfg.train_domains[domain], "domain_index": domain, "epoch": epoch}
+            entry = {**where, **train_epoch(cfg, head, opt, scaler, loader, forward, spec.grid, device, amp,
+                                            desc=f"{name}epoch {epoch + 1}/{cfg.epochs}", progress=progress,
+                                            gather=distributed.gather_dict if ddp.size > 1 else None,
+                                            loss_fn=loss_fn)}
+            distributed.check_in_sync(head)
+            if regions is not None and regions.fell_back and "compile_failed" not in record["execution"]:
+                record["execution"]["compile_failed"] = True  # this run trained eagerly after the warning
                 if ddp.rank == 0:
-                    save_torch(out / "checkpoint_best.pt", {"epoch": epoch, "head": head.state_dict()})
-        history.append(entry)
-        if ddp.rank == 0:  # [distributed] one writer; every rank holds the same state
-            save_torch(last, {"epoch": epoch, "head": head.state_dict(), "optimizer": opt.state_dict(),
-                              "scaler": scaler.state_dict(), "history": history, "best": best})
-            write_json(out / "history.json", {"history": history, "best": best, "select": cfg.select})
+                    write_json(out / "config.json", record)
+            if selection:
+                scored = head if trainer is None else trainer.method(cfg, backbone, head)
+                entry["selection_score"] = selection_score(backbone, scored, selection, cfg, device)
+                if best is None or entry["selection_score"] > best["score"]:
+                    best = {**where, "score": entry["selection_score"]}
+                    if ddp.rank == 0:
+                        save_torch(out / "checkpoint_best.pt", {"epoch": epoch, "domain": domain,
+                                                                "head": head.state_dict()})
+            history.append(entry)
+            if ddp.rank == 0:  # [distributed] one writer; every rank holds the same state
+                save_torch(last, {"epoch": epoch, "domain": domain, "head": head.state_dict(),
+                                  "optimizer": opt.state_dict(), "scaler": scaler.state_dict(),
+                                  "history": history, "best": best})
+                write_json(out / "history.json", {"history": history, "best": best, "select": cfg.select})
+
+    for phase in range(start[0], len(cfg.train_domains) if sequential else 1):
+        domain = phase if sequential else None
+        data = dataset
+        if sequential:
+            if not (resume and phase == start[0]):  # a domain the checkpoint has not started
+                trainer.start_domain(cfg, head, domain)
+                opt = make_optimizer(cfg, head)
+            data = torch.utils.data.Subset(dataset, [i for i, d in enumerate(dataset.domains) if d == domain])
+            if not len(data):
+                raise ValueError(f"train domain {cfg.train_domains[domain]} has no training images in splits "
+                                 f"{cfg.train_splits}")
+        first = start[1] if phase == start[0] else 0
+        if first >= cfg.epochs:
+            continue
+        if trainer is not None:  # built per phase: a sequential phase may change which parameters train
+            eager = compile_mode is None or record["execution"].get("compile_failed", False)
+            forward, loss_fn, regions = trainer_step(cfg, trainer, head, backbone, None if eager else compile_mode)
+        run_phase(domain, first, data, opt, forward, loss_fn, regions)
     distributed.barrier()  # the files exist for every rank when train() returns
     return out
 

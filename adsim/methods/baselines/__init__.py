@@ -5,7 +5,8 @@
   ``python -m adsim train --recipe anomalyclip`` (``TRAINERS`` + ``TRAINED``).
 * ``bilora`` (:mod:`.bilora`) -- BiLoRA, the continual-learning baseline of the domain-addition protocol
   (``python -m adsim protocol``, method ``bilora``): per-domain bilinear frequency-domain updates of the
-  adapter head; it registers no ``train`` method (the protocol adds domains one at a time).
+  adapter head; also trained by ``python -m adsim train --recipe bilora`` (``TRAINERS`` with the
+  ``"sequential"`` schedule: the training domains one at a time, + ``TRAINED``).
 * ``aprilgan`` (:mod:`.aprilgan`) -- APRIL-GAN, per-stage linear maps of the patch tokens into the text space,
   trained by ``python -m adsim train --recipe aprilgan`` (``TRAINERS`` + ``TRAINED``).
 * MVFA-AD is not a file here: it is the adapter head under ``--recipe mvfa`` (``adsim.config.recipes``).

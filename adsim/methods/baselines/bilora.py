@@ -1,6 +1,9 @@
 """BiLoRA: Zhu, Zhang, Dong, Koniusz, "BiLoRA: Almost-Orthogonal Parameter Spaces for Continual Learning",
 CVPR 2025, pp. 25613-25622 -- the continual-learning baseline of the paper's Fig. "final", run in the
-domain-addition protocol (``python -m adsim protocol``, method ``bilora``).
+domain-addition protocol (``python -m adsim protocol``, method ``bilora``), and Table 1's ``BiLORA*`` row:
+trained by ``python -m adsim train --recipe bilora`` with the train loop's ``"sequential"`` schedule (the
+training domains one at a time in ``cfg.train_domains`` order, ``cfg.epochs`` each, one BiLoRA update per
+domain, a fresh optimiser per domain), rebuilt from the run folder by the ``TRAINED`` registry.
 
 What is public about BiLoRA and what this file takes from it: each task's weight update is a *bilinear*
 low-rank form ``Delta W_t = U_t K_t V_t^T`` whose outer factors are fixed frequency-domain bases and whose
@@ -48,6 +51,11 @@ import math
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
+
+from adsim.config.prompts import prompt_texts
+from adsim.methods.registry import HeadMethod, Trainer, register_trained, register_trainer
+from adsim.model.head import features, make_head, text_embeddings
+from adsim.model.objective import objective
 
 RANK = 8  # frequencies per side and domain (capped at half the smaller side of each weight)
 
@@ -119,7 +127,8 @@ def attach(head, *, rank: int = RANK) -> list:
     parameter of the head; returns the parametrisations in :func:`adapted_linears` order. A head that
     has matching centroids or VACA -> ``ValueError`` (BiLoRA here adapts the naive head)."""
     if getattr(head, "vaca", None) is not None or getattr(head, "centroids", None) is not None:
-        raise ValueError("bilora adapts the naive adapter head: the head must have no VACA and no matching")
+        raise ValueError("bilora adapts the naive adapter head: the head must have no VACA and no matching "
+                         "(recipe fields vaca=False and method other than 'match'; --recipe bilora sets them)")
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
         raise ValueError(f"rank must be an integer >= 1, got {rank!r}")
     for p in head.parameters():
@@ -183,3 +192,73 @@ def overlap_bound(bd: BilinearDelta, s: int, t: int) -> float:
 def trainable(head) -> list:
     """The parameters that train at this step (the current domain's cores)."""
     return [p for p in head.parameters() if p.requires_grad]
+
+
+# --------------------------------------------------------------------------- python -m adsim train --recipe bilora
+# The run's head is the recipe's naive head (make_head: no matching, no VACA) with attach(); domain ``index``
+# of cfg.train_domains gets its update on the frequencies drawn with ``cfg.seed`` (draw_support), so a run
+# folder rebuilds the same supports from its config.
+
+def bilora_head(cfg, backbone, prompts):
+    """The naive adapter head of ``cfg`` (``make_head``) with the text embeddings of ``prompts`` and a
+    :class:`BilinearDelta` on every adapter weight (:func:`attach`), no domain added yet (nothing trains)."""
+    spec = backbone.spec
+    head = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(backbone, prompts))
+    attach(head)
+    return head
+
+
+def build_head(cfg, backbone):
+    """``Trainer.build``: :func:`bilora_head` with the prompts of ``cfg.prompts``."""
+    return bilora_head(cfg, backbone, prompt_texts(cfg.prompts))
+
+
+def start_domain(cfg, head, index: int) -> None:
+    """``Trainer.start_domain``: :func:`add_domain` ``index`` with the run's seed (earlier cores frozen)."""
+    add_domain(head, index, cfg.seed)
+
+
+def train_forward(head, backbone, images: torch.Tensor):
+    """Training forward: the head's features (``adsim.model.head.features``) on the frozen tower."""
+    return features(backbone, head, images)
+
+
+def train_loss(cfg, head, feats, batch: dict) -> tuple:
+    """The naive head's objective (``adsim.model.objective.objective``) on the patch grid of ``feats``."""
+    return objective(cfg, head, feats, batch, math.isqrt(feats.seg[0].shape[1]))
+
+
+def as_method(cfg, backbone, head) -> HeadMethod:
+    """The head as a :class:`HeadMethod` named ``bilora`` (the run's scoring and input normalisation)."""
+    return HeadMethod(backbone, head, scoring=cfg.scoring, clip_norm=cfg.clip_norm, name="bilora")
+
+
+def domains_in(state: dict) -> int:
+    """How many domains' cores a checkpoint state holds (those of its first adapter weight)."""
+    first = "seg_adapters.0.down.parametrizations.weight.0.cores."
+    return len({k[len(first):].split(".")[0] for k in state if k.startswith(first)})
+
+
+def load(cfg, backbone, record: dict, state: dict) -> HeadMethod:
+    """Rebuild the method of a ``bilora`` run: :func:`bilora_head` with the run's recorded prompts, one
+    :func:`start_domain` per domain the checkpoint holds (a ``best`` checkpoint may hold fewer than
+    ``cfg.train_domains``), then the state; a state that does not fit -> ``ValueError``."""
+    if not isinstance(state, dict) or domains_in(state) == 0:
+        keys = sorted(state)[:4] if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"checkpoint state is not a bilora state (no 'parametrizations.weight.0.cores' "
+                         f"entries); keys: {keys}")
+    device = next(backbone.model.parameters()).device
+    head = bilora_head(cfg, backbone, record["prompts"]).to(device)  # cores and supports follow the bases
+    for index in range(domains_in(state)):
+        start_domain(cfg, head, index)
+    try:
+        head.load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(f"checkpoint does not fit the bilora head this adsim version builds from the run's "
+                         f"config: {' '.join(str(err).split())[:400]}") from err
+    return as_method(cfg, backbone, head).eval()
+
+
+register_trainer("bilora", Trainer(build=build_head, forward=train_forward, loss=train_loss, method=as_method,
+                                   schedule="sequential", start_domain=start_domain))
+register_trained("bilora", load)
