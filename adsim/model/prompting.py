@@ -7,7 +7,8 @@ stay frozen; gradients reach the prompts through them.
   replaced by the next layer's prompts before each following prompted block, and carried unchanged
   through the remaining blocks. The returned tokens never include the prompts.
 * :func:`encode_text_deep` -- ``open_clip.CLIP.encode_text`` block by block, with the token embeddings
-  optionally replaced and the hidden states at positions ``1 .. t`` overwritten before blocks ``1, 2, ...``.
+  optionally replaced and the hidden states at positions ``1 .. t`` overwritten before blocks ``1, 2, ...``;
+  positions after the last end-of-text token are not computed (the causal mask keeps them out of the result).
 
 Shapes: ``B`` images, ``T`` tokens, ``W`` visual width, ``S`` text sequences, ``D`` text width, ``E`` joint
 embedding dimension.
@@ -71,7 +72,8 @@ def encode_text_deep(backbone, tokens: torch.Tensor, *, embeds: torch.Tensor | N
     * ``deep``: before block ``i`` (``1 <= i <= len(deep)``) the hidden states at positions ``1 .. t`` are
       overwritten by ``deep[i - 1]``, ``(S, t, D)`` or ``(t, D)`` (shared by the sequences).
 
-    Differentiable in ``embeds`` and ``deep``."""
+    Differentiable in ``embeds`` and ``deep``. With the causal mask and end-of-text pooling of CLIP the
+    sequences are cut after the last end-of-text token (the same embeddings, fewer positions computed)."""
     model = backbone.model
     blocks = model.transformer.resblocks
     deep = list(deep)
@@ -88,15 +90,20 @@ def encode_text_deep(backbone, tokens: torch.Tensor, *, embeds: torch.Tensor | N
             shape = tuple(d.shape) if torch.is_tensor(d) else type(d).__name__
             raise ValueError(f"deep[{i}] must be ({x.shape[0]}, t, {x.shape[-1]}) or (t, {x.shape[-1]}), "
                              f"1 <= t < {x.shape[1]}, got {shape}")
-    x = x + model.positional_embedding.to(cast)
+    mask, n = model.attn_mask, x.shape[1]
+    if mask is not None and model.text_pool_type == "argmax":
+        # causal attention: a position attends only to itself and earlier ones, so the positions after the
+        # last end-of-text token (the pooled one) cannot change any pooled output; they are not computed
+        n = max(int(tokens.argmax(-1).max()) + 1, 1 + max((d.shape[-2] for d in deep), default=0))
+        tokens, x, mask = tokens[:, :n], x[:, :n], mask[:n, :n]
+    x = x + model.positional_embedding[:n].to(cast)
     batch_first = getattr(model.transformer, "batch_first", True)
     for i, block in enumerate(blocks):
         if 1 <= i <= len(deep):
             d = deep[i - 1].to(cast)
             d = d.expand(x.shape[0], -1, -1) if d.ndim == 2 else d
             x = torch.cat([x[:, :1], d, x[:, 1 + d.shape[1]:]], dim=1)
-        x = block(x, attn_mask=model.attn_mask) if batch_first else \
-            block(x.transpose(0, 1), attn_mask=model.attn_mask).transpose(0, 1)
+        x = block(x, attn_mask=mask) if batch_first else block(x.transpose(0, 1), attn_mask=mask).transpose(0, 1)
     x = model.ln_final(x)
     x = text_global_pool(x, tokens, model.text_pool_type, eos_token_id=getattr(model, "text_eos_id", None))
     if isinstance(model.text_projection, nn.Linear):

@@ -88,6 +88,7 @@ def test_visual_prompts_are_appended_then_replaced_then_carried(tiny):
 def test_text_prompts_overwrite_positions_after_the_first_block(tiny):
     # PromptLayer.forward_text (adaclip.py:63-96): block 0 sees the sentence unchanged; before blocks 1 .. J-1 the
     # hidden states at positions 1 .. P are replaced. Tiny text tower: 2 blocks -> one prompted layer.
+    # The reference runs all 77 positions; encode_text_deep stops after the last end-of-text token (causal mask).
     model, p = tiny.model, 5
     tokens = tiny.tokenizer(["a bad photo of a damaged object.", "a photo of the object."])
     deep = torch.randn(2, p, model.token_embedding.weight.shape[1], generator=torch.Generator().manual_seed(1))
