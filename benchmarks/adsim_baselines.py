@@ -1,5 +1,5 @@
 """Inference and training-step cost of the baselines: images/s of one ``Method.forward`` for the adapter head
-(``naive``, the MVFA-AD recipe's method), WinCLIP (exact masked-token windows), AnomalyCLIP and APRIL-GAN, and
+(``naive``, the MVFA-AD recipe's method), WinCLIP (exact masked-token windows), AnomalyCLIP, APRIL-GAN and AdaCLIP, and
 (``--train-step``) one training step (forward, loss, backward, no optimiser step) of the head and of every
 registered trainer, on random-weight backbones (timing only: no AUC means anything here). Not part of the tests.
 
@@ -29,13 +29,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from montecarlo import machine_info, write_section  # noqa: E402
 
+from adsim.config import recipes  # noqa: E402
 from adsim.config.prompts import prompt_ensemble  # noqa: E402
-from adsim.config.run import TrainConfig  # noqa: E402
+from adsim.config.run import TrainConfig, config_from_recipe  # noqa: E402
 from adsim.methods import (
     catalog,  # noqa: E402
     registry,  # noqa: E402
 )
-from adsim.methods.baselines import anomalyclip, aprilgan, bilora  # noqa: E402
+from adsim.methods.baselines import adaclip, anomalyclip, aprilgan, bilora  # noqa: E402
 from adsim.model.backbone import RandomWeightsWarning, build_backbone  # noqa: E402
 from adsim.model.head import make_head, text_embeddings
 
@@ -55,6 +56,13 @@ def bilora_head(backbone, cfg, device):
     return head
 
 
+def recipe_config(name: str):
+    """The training config of method ``name``: its own recipe where it has one (its prompt set), else ``clean``'s."""
+    if name in recipes.names():
+        return config_from_recipe(recipes.get(name), data="d", out="o", target="Brain")
+    return TrainConfig(data="d", target="Brain", out="o", method=name)
+
+
 def methods(backbone, device):
     cfg = TrainConfig(data="d", target="Brain", out="o", method="naive", vaca=False)
     spec = backbone.spec
@@ -63,6 +71,7 @@ def methods(backbone, device):
             "winclip": catalog.zero_shot("winclip")(backbone),
             "anomalyclip": anomalyclip.AnomalyCLIP(backbone, anomalyclip.PromptLearner(backbone).to(device)).eval(),
             "aprilgan": aprilgan.APRILGAN(backbone, aprilgan.build_maps(cfg, backbone).to(device)).eval(),
+            "adaclip": adaclip.AdaCLIP(backbone, adaclip.build_prompts(recipe_config("adaclip"), backbone).to(device)).eval(),
             "bilora (head + 5 domains' updates)": registry.HeadMethod(backbone, bilora_head(backbone, cfg, device),
                                                                       scoring="logit_max", name="bilora").eval()}
 
@@ -96,7 +105,7 @@ def train_steps(backbone, device, batch: int) -> dict:
         loss.backward()
     steps["bilora (5th domain)"] = bilora_step
     for name, trainer in sorted(registry.TRAINERS.items()):
-        tcfg = TrainConfig(data="d", target="Brain", out="o", method=name)
+        tcfg = recipe_config(name)
         module = trainer.build(tcfg, backbone).to(device).train()
 
         def step(trainer=trainer, module=module, tcfg=tcfg):

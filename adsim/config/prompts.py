@@ -1,7 +1,7 @@
 """The text prompts: the project's medical ensemble and the MVFA/WinCLIP object ensemble, as plain strings."""
 from __future__ import annotations
 
-PROMPT_SETS = ("medical", "mvfa_object")  # the recipe field ``prompts``
+PROMPT_SETS = ("medical", "mvfa_object", "adaclip_object")  # the recipe field ``prompts``
 
 # Prompt ensemble (ours): state phrases x templates, object-agnostic so that one text embedding pair
 # serves every modality and the target's name is never needed.
@@ -42,12 +42,17 @@ MVFA_TEMPLATES = (
     "this is a {} in the scene.", "this is the {} in the scene.", "this is one {} in the scene.")
 
 
+# AdaCLIP's ensemble (caoyunkang/AdaCLIP, method/adaclip.py:151-160, ``TextEmbebddingLayer``): the same 7 normal
+# and 5 abnormal state phrases with only the first four of the templates above.
+ADACLIP_TEMPLATES = MVFA_TEMPLATES[:4]
+
+
 def prompt_texts(kind: str) -> dict:
     """``{"normal": [...], "anomaly": [...]}`` for the recipe's ``prompts`` field."""
     if kind == "medical":
         return prompt_ensemble()
-    if kind == "mvfa_object":
-        def expand(states):
-            return [t.format(s.format("object")) for s in states for t in MVFA_TEMPLATES]
-        return {"normal": expand(MVFA_NORMAL), "anomaly": expand(MVFA_ABNORMAL)}
+    if kind in ("mvfa_object", "adaclip_object"):
+        templates = MVFA_TEMPLATES if kind == "mvfa_object" else ADACLIP_TEMPLATES
+        return {"normal": [t.format(s.format("object")) for s in MVFA_NORMAL for t in templates],
+                "anomaly": [t.format(s.format("object")) for s in MVFA_ABNORMAL for t in templates]}
     raise ValueError(f"prompts must be one of {PROMPT_SETS}, got {kind!r}")

@@ -15,6 +15,7 @@ records the full recipe (``config.json`` -> ``"recipe"``; ``protocol.json`` for 
 * ``aprilgan`` -- the APRIL-GAN baseline (``adsim.methods.baselines.aprilgan``) with its training settings.
 * ``bilora`` -- the BiLoRA baseline (``adsim.methods.baselines.bilora``): the naive head's objective, domains
   one at a time.
+* ``adaclip`` -- the AdaCLIP baseline (``adsim.methods.baselines.adaclip``) with its training settings.
 
 Where a choice could not be implemented, the field still exists, the value is listed in
 :data:`NOT_IMPLEMENTED` and :func:`validate` rejects it with a one-line message; the shipped recipe
@@ -33,8 +34,8 @@ from adsim.data.domains import SPLITS
 
 # Allowed values of every categorical field (the first one is not special).
 CHOICES = {
-    # anomalyclip, aprilgan, bilora: adsim.methods.baselines.<name>
-    "method": ("naive", "match", "anomalyclip", "aprilgan", "bilora"),
+    # anomalyclip, aprilgan, bilora, adaclip: adsim.methods.baselines.<name>
+    "method": ("naive", "match", "anomalyclip", "aprilgan", "bilora", "adaclip"),
     "metric": METRICS,
     "gate_unit": ("patch", "image_mean"),
     "gate_filter": ("centroids", "skip_step"),
@@ -169,6 +170,14 @@ RECIPES = {
     # matching/VACA weights are 0 (those terms do not exist in the naive head).
     "bilora": Recipe(
         name="bilora", method="bilora", vaca=False, lambda_intra=0.0, lambda_inter=0.0, lambda_var=0.0),
+    # AdaCLIP (Cao et al., ECCV 2024; caoyunkang/AdaCLIP): hybrid static + dynamic prompts in both towers, HSF;
+    # its training settings (train.py:155-157: 5 epochs, lr 0.01, batch 1), loss weights 1 (trainer.py:123-135:
+    # image focal + per-layer focal + two dice terms, unweighted), its prompt ensemble (adaclip.py:151-160),
+    # CLIP normalisation (open_clip's preprocess) and its map smoothing (trainer.py:194, sigma 4 at 518 px).
+    "adaclip": Recipe(
+        name="adaclip", method="adaclip", vaca=False, prompts="adaclip_object", clip_norm=True, batch_size=1,
+        epochs=5, lr=0.01, beta_dice=1.0, beta_focal=1.0, beta_bce=1.0, lambda_intra=0.0, lambda_inter=0.0,
+        lambda_var=0.0, cls_only_pixel_loss="none", select="last", smooth_sigma=4.0, protocol_mode="cumulative"),
 }
 
 

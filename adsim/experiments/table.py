@@ -47,7 +47,7 @@ from poolsim import atomic_write
 # paper authors' re-implementations. "match" = the paper's method only under the paper/authors recipe.
 PAPER_ROW = {"naive": "MVFA-AD*", "mvfa": "MVFA-AD*", "match": "Ours", "paper": "Ours", "authors": "Ours",
              "winclip": "WinCLIP", "anomalyclip": "AnomalyCLIP*",
-             "aprilgan": "APRIL-GAN", "bilora": "BiLORA*"}
+             "aprilgan": "APRIL-GAN", "bilora": "BiLORA*", "adaclip": "AdaCLIP"}
 RANDOM_WEIGHTS = ("RANDOM-WEIGHT BACKBONE (no --checkpoint): the AUCs of this run are MEANINGLESS; they only "
                   "show that the pipeline runs.")
 

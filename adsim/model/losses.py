@@ -32,6 +32,11 @@ def dice_loss(prob, target, valid, smooth: float = 1.0):
     return _masked_mean(1.0 - dice, valid)
 
 
+def two_way_dice_loss(prob, target, valid, smooth: float = 1.0):
+    """Dice of both channels of a two-way softmax: ``dice(prob, target) + dice(1 - prob, 1 - target)``."""
+    return dice_loss(prob, target, valid, smooth) + dice_loss(1.0 - prob, 1.0 - target, valid, smooth)
+
+
 def focal_loss(logits, target, valid, gamma: float = 2.0):
     """``logits, target: (B, H, W)`` (anomaly logit, target in [0, 1]), ``valid: (B,)``.
 

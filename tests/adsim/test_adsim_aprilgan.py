@@ -3,11 +3,11 @@ data: what makes it APRIL-GAN -- one linear map per stage from the RAW patch tok
 frozen CLIP image score, its Focal + anomalous-channel Dice loss on align_corners=True maps -- each checked
 against a computation written the way their code (ByChelsea/VAND-APRIL-GAN: model.py, train.py, test.py,
 loss.py) writes it. The output contract and the run folder are covered by test_adsim_baselines.py."""
-import json
 import math
 
 import pytest
 import torch
+from _reference_losses import their_dice, their_focal
 
 from adsim.config import recipes
 from adsim.config.prompts import prompt_texts
@@ -109,21 +109,6 @@ def test_scores_and_maps_are_their_test_py(tiny):
         aprilgan.APRILGAN(tiny, maps, map_score="max")
 
 
-def _their_focal(logit2, target, gamma=2.0):
-    # loss.py FocalLoss on the softmax output (apply_nonlin None, alpha None -> 1), without the 1e-5 smoothing
-    prob = logit2.permute(0, 2, 3, 1).reshape(-1, 2)
-    idx = target.reshape(-1).long()
-    pt = prob.gather(1, idx[:, None])[:, 0]
-    return (-(1 - pt) ** gamma * pt.log()).mean()
-
-
-def _their_dice(prob, target):
-    # loss.py BinaryDiceLoss: smooth 1, per image, 1 - mean over the batch
-    n = target.shape[0]
-    i, t = prob.reshape(n, -1), target.reshape(n, -1)
-    return 1 - ((2 * (i * t).sum(1) + 1) / (i.sum(1) + t.sum(1) + 1)).sum() / n
-
-
 def test_loss_is_their_train_py_and_only_the_maps_learn(toy_root, tiny):
     samples = bmad.list_split(toy_root, "Liver", "test")  # Liver: a pixel-mask domain, normals and anomalies
     batch = next(iter(torch.utils.data.DataLoader(bmad.ImageDataset(samples, 64), batch_size=4)))
@@ -140,7 +125,7 @@ def test_loss_is_their_train_py_and_only_the_maps_learn(toy_root, tiny):
         for z in out["z_maps"]:  # (B, N): the two channels' difference; the channels themselves are z * (0, 1) + c
             two = torch.stack([torch.zeros_like(z), z], dim=1).reshape(4, 2, 8, 8)
             up = torch.softmax(F.interpolate(two, size=64, mode="bilinear", align_corners=True), dim=1)
-            want = want + _their_focal(up, gt) + _their_dice(up[:, 1], gt)
+            want = want + their_focal(up, gt) + their_dice(up[:, 1], gt)
     torch.testing.assert_close(loss.detach(), want, rtol=1e-4, atol=1e-5)
     loss.backward()
     assert all(fc.weight.grad is not None and fc.weight.grad.abs().sum() > 0 for fc in maps.fc)
@@ -166,44 +151,3 @@ def test_text_is_the_prompt_ensemble_and_bad_states_are_refused(tiny):
         aprilgan.LinearMaps(tiny.spec.width, 8, torch.zeros(3, 8))
     with pytest.raises(ValueError, match="stages must be an integer >= 1"):
         aprilgan.LinearMaps(tiny.spec.width, 8, torch.zeros(2, 8), stages=0)
-
-
-def test_train_eval_and_predict_through_the_cli(toy_root, tmp_path):
-    from adsim.cli.main import main
-    from adsim.inference.detector import Detector
-    from adsim.runtime.io import load_torch, read_json
-
-    run = tmp_path / "run"
-    assert main(["train", "--recipe", "aprilgan", "--data", str(toy_root), "--target", "Brain", "--train-domains",
-                 "Liver", "Chest", "--out", str(run), "--epochs", "1", "--backbone", "tiny", "--no-progress",
-                 "--device", "cpu"]) == 0
-    state = load_torch(run / "checkpoint_last.pt")["head"]
-    assert sorted(state) == sorted(f"fc.{i}.{w}" for i in range(4) for w in ("weight", "bias"))  # no CLIP weights
-    hist = read_json(run / "history.json")["history"]
-    assert set(hist[0]) >= {"loss", "focal", "dice"} and math.isfinite(hist[0]["loss"])
-    method = Detector.from_run(run, device="cpu").method
-    assert isinstance(method, aprilgan.APRILGAN)
-    assert all(torch.equal(fc.weight, state[f"fc.{i}.weight"]) for i, fc in enumerate(method.maps.fc))
-    assert main(["eval", "--run", str(run), "--data", str(toy_root), "--no-progress", "--device", "cpu"]) == 0
-    m = read_json(run / "metrics.json")
-    assert m["method"] == "aprilgan" and 0 <= m["image_auc"] <= 100 and 0 <= m["pixel_auc"] <= 100
-    image = next((toy_root / "Brain_AD" / "test" / "Ungood" / "img").glob("*.png"))
-    assert main(["predict", "--run", str(run), "--out", str(tmp_path / "pred"), str(image), "--device", "cpu"]) == 0
-    assert (tmp_path / "pred" / "scores.csv").is_file()
-
-
-def test_table_trains_it_leave_one_out_beside_the_paper_row(toy_root, tmp_path):
-    import pandas as pd
-
-    from adsim.data import reference
-    from adsim.experiments import table
-
-    out = tmp_path / "table"
-    table.run(out, toy_root, methods=["aprilgan"], targets=["Liver"], shots=[0], backbone="tiny", epochs=1,
-              batch_size=8, progress=False)
-    cfg = json.loads((out / "runs" / "Liver" / "aprilgan" / "config.json").read_text())["config"]
-    assert cfg["method"] == "aprilgan" and "Liver" not in cfg["train_domains"]  # leave-one-out
-    df = pd.read_csv(out / "table.csv")
-    assert {"aprilgan k=0 AC", "aprilgan k=0 AS", "paper-reported APRIL-GAN AC"} <= set(df.columns)
-    # the paper's Table 1 row "APRIL-GAN" (adsim/data/reference.py)
-    assert df["paper-reported APRIL-GAN AC"][0] == reference.TABLE1["APRIL-GAN"][("Liver", "AC")]

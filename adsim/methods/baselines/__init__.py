@@ -9,13 +9,16 @@
   ``"sequential"`` schedule: the training domains one at a time, + ``TRAINED``).
 * ``aprilgan`` (:mod:`.aprilgan`) -- APRIL-GAN, per-stage linear maps of the patch tokens into the text space,
   trained by ``python -m adsim train --recipe aprilgan`` (``TRAINERS`` + ``TRAINED``).
+* ``adaclip`` (:mod:`.adaclip`) -- AdaCLIP, static and image-conditioned (dynamic) prompts in both towers and
+  hybrid semantic fusion, trained by ``python -m adsim train --recipe adaclip`` (``TRAINERS`` + ``TRAINED``).
 * MVFA-AD is not a file here: it is the adapter head under ``--recipe mvfa`` (``adsim.config.recipes``).
 
 ``docs/recipes.md`` lists what each one simplifies and where the published code differs.
 """
-__all__ = ["APRILGAN", "AnomalyCLIP", "LinearMaps", "PromptLearner", "WinCLIP", "anomalyclip", "aprilgan", "bilora", "winclip"]
+__all__ = ["APRILGAN", "AdaCLIP", "HybridPrompts", "AnomalyCLIP", "LinearMaps", "PromptLearner", "WinCLIP", "adaclip", "anomalyclip", "aprilgan", "bilora", "winclip"]
 
-from adsim.methods.baselines import anomalyclip, aprilgan, bilora, winclip
+from adsim.methods.baselines import adaclip, anomalyclip, aprilgan, bilora, winclip
+from adsim.methods.baselines.adaclip import AdaCLIP, HybridPrompts
 from adsim.methods.baselines.anomalyclip import AnomalyCLIP, PromptLearner
 from adsim.methods.baselines.aprilgan import APRILGAN, LinearMaps
 from adsim.methods.baselines.winclip import WinCLIP

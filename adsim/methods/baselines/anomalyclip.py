@@ -65,13 +65,13 @@ Where this differs from AnomalyCLIP's code (also in ``docs/recipes.md``):
 from __future__ import annotations
 
 import torch
-from open_clip.transformer import text_global_pool
 from torch import nn
 
 from adsim.methods.baselines.common import check_images, log_odds, pooled, project
 from adsim.methods.registry import Method, Output, Trainer, register_trained, register_trainer
 from adsim.model import losses
 from adsim.model.backbone import run_blocks, upsample_patches
+from adsim.model.prompting import encode_text_deep
 from poolsim import core
 
 N_CTX = 12           # learnable tokens per prompt (AnomalyCLIP's prompt length)
@@ -123,24 +123,9 @@ def text_features(backbone, learner: PromptLearner) -> torch.Tensor:
     block, as ``open_clip.transformer.Transformer.forward``) with the token embeddings at positions
     ``1 .. n_ctx`` replaced, and the deep prompts inserted before blocks ``1 .. depth - 1``."""
     model, tokens, n = backbone.model, learner.tokens, learner.n_ctx
-    cast = model.transformer.get_cast_dtype()
-    emb = model.token_embedding(tokens).to(cast)
-    x = torch.cat([emb[:, :1], learner.ctx.to(cast), emb[:, 1 + n:]], dim=1)
-    x = x + model.positional_embedding.to(cast)
-    batch_first = getattr(model.transformer, "batch_first", True)
-    deep, t = learner.deep.to(cast), learner.deep.shape[1]
-    for i, block in enumerate(model.transformer.resblocks):
-        if 1 <= i <= deep.shape[0]:  # this layer's deep prompts replace positions 1 .. t
-            x = torch.cat([x[:, :1], deep[i - 1].expand(x.shape[0], -1, -1), x[:, 1 + t:]], dim=1)
-        x = block(x, attn_mask=model.attn_mask) if batch_first else \
-            block(x.transpose(0, 1), attn_mask=model.attn_mask).transpose(0, 1)
-    x = model.ln_final(x)
-    x = text_global_pool(x, tokens, model.text_pool_type, eos_token_id=getattr(model, "text_eos_id", None))
-    if isinstance(model.text_projection, nn.Linear):
-        x = model.text_projection(x)
-    elif model.text_projection is not None:
-        x = x @ model.text_projection
-    return core.normalize(x.float())
+    emb = model.token_embedding(tokens).to(model.transformer.get_cast_dtype())
+    x = torch.cat([emb[:, :1], learner.ctx.to(emb.dtype), emb[:, 1 + n:]], dim=1)
+    return encode_text_deep(backbone, tokens, embeds=x, deep=tuple(learner.deep))
 
 
 def vv_attention(block, h: torch.Tensor) -> torch.Tensor:
@@ -214,8 +199,7 @@ def glocal_loss(cfg, learner, out: dict, batch: dict) -> tuple:
     masks_l, valid_l = masks.repeat(n_layers, 1, 1), has_mask.repeat(n_layers)
     parts = {"bce": losses.bce_loss(out["z_img"], labels),
              "focal": n_layers * losses.focal_loss(z, masks_l, valid_l),
-             "dice": n_layers * (losses.dice_loss(prob, masks_l, valid_l)
-                                 + losses.dice_loss(1.0 - prob, 1.0 - masks_l, valid_l))}
+             "dice": n_layers * losses.two_way_dice_loss(prob, masks_l, valid_l)}
     loss = cfg.beta_bce * parts["bce"] + cfg.beta_focal * parts["focal"] + cfg.beta_dice * parts["dice"]
     return loss, {k: v.detach().float() for k, v in parts.items()}
 

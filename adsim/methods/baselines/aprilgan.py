@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from adsim.config.prompts import prompt_texts
-from adsim.methods.baselines.common import check_images, log_odds, pooled
+from adsim.methods.baselines.common import check_images, layer_targets, log_odds, pooled
 from adsim.methods.registry import Method, Output, Trainer, register_trained, register_trainer
 from adsim.model import losses
 from adsim.model.backbone import run_blocks, upsample_patches
@@ -107,14 +107,8 @@ def _forward(maps: LinearMaps, backbone, images: torch.Tensor) -> dict:
 def aprilgan_loss(cfg, maps, out: dict, batch: dict) -> tuple:
     """``sum_l (beta_focal Focal_l + beta_dice Dice_l(anomalous))`` on the upsampled (``align_corners=True``)
     patch log-odds against the binarised masks (module docstring); returns ``(loss, {name: detached value})``."""
-    masks, has_mask = (batch["mask"] > 0.5).float(), batch["has_mask"]
-    if cfg.cls_only_pixel_loss == "none" and "pixel_domain" in batch:
-        has_mask = has_mask * batch["pixel_domain"]
-    z_maps = out["z_maps"]
-    n_layers, _, n = z_maps.shape
-    grid, size = int(round(n ** 0.5)), masks.shape[-1]
-    z = upsample_patches(z_maps, grid, size, align_corners=True).flatten(0, 1)  # (L * B, S, S)
-    masks_l, valid_l = masks.repeat(n_layers, 1, 1), has_mask.repeat(n_layers)
+    z, masks_l, valid_l = layer_targets(cfg, out["z_maps"], batch)  # (L * B, S, S), (L * B, S, S), (L * B,)
+    n_layers = out["z_maps"].shape[0]
     parts = {"focal": n_layers * losses.focal_loss(z, masks_l, valid_l),
              "dice": n_layers * losses.dice_loss(torch.sigmoid(z), masks_l, valid_l)}
     loss = cfg.beta_focal * parts["focal"] + cfg.beta_dice * parts["dice"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from adsim.model.backbone import upsample_patches
 from poolsim import core
 
 TEMPERATURE = 0.07  # CLIP's initial temperature; WinCLIP (Eq. 1) and AnomalyCLIP divide by it
@@ -29,16 +30,33 @@ def project(visual, tokens: torch.Tensor) -> torch.Tensor:
     return core.normalize(x.float())
 
 
+def image_embedding(visual, x: torch.Tensor) -> torch.Tensor:
+    """Last-block tokens ``(B, 1 + N, W)`` -> the image embedding ``(B, E)`` as open_clip computes it
+    (``VisionTransformer._pool``, then the projection), not normalised."""
+    img, _ = visual._pool(x)
+    return img @ visual.proj if visual.proj is not None else img
+
+
 def pooled(visual, x: torch.Tensor) -> tuple:
     """Last-block tokens ``(B, 1 + N, W)`` -> ``(image embedding (B, E) unit, patch features (B, N, E) unit)``:
-    open_clip's own pooling (``VisionTransformer._pool``) and projection for the image embedding."""
-    img, _ = visual._pool(x)
-    if visual.proj is not None:
-        img = img @ visual.proj
-    return core.normalize(img.float()), project(visual, x[:, 1:])
+    :func:`image_embedding`, unit-normalised, and :func:`project` of the patch tokens."""
+    return core.normalize(image_embedding(visual, x).float()), project(visual, x[:, 1:])
 
 
 def log_odds(features: torch.Tensor, text: torch.Tensor, temperature: float = TEMPERATURE) -> torch.Tensor:
     """``features (..., E)`` unit, ``text (2, E)`` unit rows (normal, anomalous) -> ``(...)`` log-odds
     ``z = (<f, t_a> - <f, t_n>) / temperature`` of the two-way softmax: ``P(anomalous) = sigmoid(z)``."""
     return (features.float() @ (text[1] - text[0]).float()) / temperature
+
+
+def layer_targets(cfg, z_maps: torch.Tensor, batch: dict) -> tuple:
+    """The per-layer pixel-loss inputs of patch log-odds ``z_maps (L, B, N)`` trained against binarised
+    masks: ``(z (L * B, S, S)`` bilinearly upsampled with ``align_corners=True``, ``masks (L * B, S, S)``
+    binarised at 0.5, ``valid (L * B,)`` = ``has_mask``, times ``pixel_domain`` when
+    ``cfg.cls_only_pixel_loss == "none"``), the batch repeated once per layer."""
+    masks, valid = (batch["mask"] > 0.5).float(), batch["has_mask"]
+    if cfg.cls_only_pixel_loss == "none" and "pixel_domain" in batch:
+        valid = valid * batch["pixel_domain"]
+    n_layers, _, n = z_maps.shape
+    z = upsample_patches(z_maps, int(round(n ** 0.5)), masks.shape[-1], align_corners=True).flatten(0, 1)
+    return z, masks.repeat(n_layers, 1, 1), valid.repeat(n_layers)
