@@ -72,7 +72,7 @@ on e2e && timeout 120 python3 benchmarks/gpu_e2e.py --out "$OUT/e2e" --targets "
     --n-per-class 16 --size 256 --image-size 64 --seeds 100000 2>&1 | grep -v "^WARNING:root" | tee "$OUT/e2e.log"
 
 # 5. The baselines at ViT-L-14-336, B = 16 (not in the default SECTIONS, it does not fit the 8 minutes
-#    beside the rest: SECTIONS="bl"): inference of the head, WinCLIP, AnomalyCLIP, APRIL-GAN and BiLoRA,
+#    beside the rest: SECTIONS="bl"): inference of the head, WinCLIP, AnomalyCLIP, APRIL-GAN, Mao et al. and BiLoRA,
 #    then one training step (forward, loss, backward) of the head, BiLoRA and every registered trainer.
 on bl && timeout 120 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 \
     --iters 5 2>&1 | grep -v "^WARNING:root" | tee "$OUT/baselines.log"

@@ -13,6 +13,7 @@ records the full recipe (``config.json`` -> ``"recipe"``; ``protocol.json`` for 
   losses' data, checkpoint selection and scoring.
 * ``anomalyclip`` -- the AnomalyCLIP baseline (``adsim.methods.baselines.anomalyclip``) with its training settings.
 * ``aprilgan`` -- the APRIL-GAN baseline (``adsim.methods.baselines.aprilgan``) with its training settings.
+* ``mao`` -- Mao et al. (``adsim.methods.baselines.mao``); no training settings are public: adsim's choices.
 
 Where a choice could not be implemented, the field still exists, the value is listed in
 :data:`NOT_IMPLEMENTED` and :func:`validate` rejects it with a one-line message; the shipped recipe
@@ -31,8 +32,8 @@ from adsim.data.domains import SPLITS
 
 # Allowed values of every categorical field (the first one is not special).
 CHOICES = {
-    # anomalyclip, aprilgan: adsim.methods.baselines.<name>
-    "method": ("naive", "match", "anomalyclip", "aprilgan"),
+    # anomalyclip, aprilgan, mao: adsim.methods.baselines.<name>
+    "method": ("naive", "match", "anomalyclip", "aprilgan", "mao"),
     "metric": METRICS,
     "gate_unit": ("patch", "image_mean"),
     "gate_filter": ("centroids", "skip_step"),
@@ -160,6 +161,14 @@ RECIPES = {
         name="aprilgan", method="aprilgan", vaca=False, prompts="mvfa_object", clip_norm=True, batch_size=8,
         epochs=15, lr=1e-3, beta_dice=1.0, beta_focal=1.0, beta_bce=0.0, lambda_intra=0.0, lambda_inter=0.0,
         lambda_var=0.0, cls_only_pixel_loss="none", select="last", smooth_sigma=0.0, protocol_mode="cumulative"),
+    # Mao et al. (CVPR 2025; github.com/Kerio99/CMAD has no code): no training setting is public, so every value
+    # is adsim's choice: APRIL-GAN's optimisation (batch 8, 15 epochs, lr 1e-3), BCE + Focal + Dice weight 1,
+    # lambda_intra = weight of the pull of each global prototype toward its domain's images of its class, CLIP
+    # normalisation, no smoothing; prompts are not used (the model has no text encoder).
+    "mao": Recipe(
+        name="mao", method="mao", vaca=False, clip_norm=True, batch_size=8, epochs=15, lr=1e-3, beta_dice=1.0,
+        beta_focal=1.0, beta_bce=1.0, lambda_intra=1.0, lambda_inter=0.0, lambda_var=0.0, cls_only_pixel_loss="none",
+        select="last", smooth_sigma=0.0, protocol_mode="cumulative"),
 }
 
 

@@ -168,28 +168,16 @@ def test_text_is_the_prompt_ensemble_and_bad_states_are_refused(tiny):
         aprilgan.LinearMaps(tiny.spec.width, 8, torch.zeros(2, 8), stages=0)
 
 
-def test_train_eval_and_predict_through_the_cli(toy_root, tmp_path):
-    from adsim.cli.main import main
+def test_train_eval_and_predict_through_the_cli(tmp_path, cli_run):
     from adsim.inference.detector import Detector
-    from adsim.runtime.io import load_torch, read_json
 
-    run = tmp_path / "run"
-    assert main(["train", "--recipe", "aprilgan", "--data", str(toy_root), "--target", "Brain", "--train-domains",
-                 "Liver", "Chest", "--out", str(run), "--epochs", "1", "--backbone", "tiny", "--no-progress",
-                 "--device", "cpu"]) == 0
-    state = load_torch(run / "checkpoint_last.pt")["head"]
+    run, state, hist, m = cli_run("aprilgan", tmp_path)
     assert sorted(state) == sorted(f"fc.{i}.{w}" for i in range(4) for w in ("weight", "bias"))  # no CLIP weights
-    hist = read_json(run / "history.json")["history"]
     assert set(hist[0]) >= {"loss", "focal", "dice"} and math.isfinite(hist[0]["loss"])
     method = Detector.from_run(run, device="cpu").method
     assert isinstance(method, aprilgan.APRILGAN)
     assert all(torch.equal(fc.weight, state[f"fc.{i}.weight"]) for i, fc in enumerate(method.maps.fc))
-    assert main(["eval", "--run", str(run), "--data", str(toy_root), "--no-progress", "--device", "cpu"]) == 0
-    m = read_json(run / "metrics.json")
     assert m["method"] == "aprilgan" and 0 <= m["image_auc"] <= 100 and 0 <= m["pixel_auc"] <= 100
-    image = next((toy_root / "Brain_AD" / "test" / "Ungood" / "img").glob("*.png"))
-    assert main(["predict", "--run", str(run), "--out", str(tmp_path / "pred"), str(image), "--device", "cpu"]) == 0
-    assert (tmp_path / "pred" / "scores.csv").is_file()
 
 
 def test_table_trains_it_leave_one_out_beside_the_paper_row(toy_root, tmp_path):
