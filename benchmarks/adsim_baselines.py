@@ -1,5 +1,6 @@
 """Inference and training-step cost of the baselines: images/s of one ``Method.forward`` for the adapter head
-(``naive``, the MVFA-AD recipe's method), WinCLIP (exact masked-token windows), AnomalyCLIP, APRIL-GAN and AdaCLIP, and
+(``naive``, the MVFA-AD recipe's method), WinCLIP (exact masked-token windows), AnomalyCLIP, APRIL-GAN, AdaCLIP and
+Mao et al. (prototypes of the 5 source domains of a Brain run), and
 (``--train-step``) one training step (forward, loss, backward, no optimiser step) of the head and of every
 registered trainer, on random-weight backbones (timing only: no AUC means anything here). Not part of the tests.
 
@@ -36,7 +37,7 @@ from adsim.methods import (
     catalog,  # noqa: E402
     registry,  # noqa: E402
 )
-from adsim.methods.baselines import adaclip, anomalyclip, aprilgan, bilora  # noqa: E402
+from adsim.methods.baselines import adaclip, anomalyclip, aprilgan, bilora, mao  # noqa: E402
 from adsim.model.backbone import RandomWeightsWarning, build_backbone  # noqa: E402
 from adsim.model.head import make_head, text_embeddings
 
@@ -72,6 +73,7 @@ def methods(backbone, device):
             "anomalyclip": anomalyclip.AnomalyCLIP(backbone, anomalyclip.PromptLearner(backbone).to(device)).eval(),
             "aprilgan": aprilgan.APRILGAN(backbone, aprilgan.build_maps(cfg, backbone).to(device)).eval(),
             "adaclip": adaclip.AdaCLIP(backbone, adaclip.build_prompts(recipe_config("adaclip"), backbone).to(device)).eval(),
+            "mao": mao.Mao(backbone, mao.build_prototypes(cfg, backbone).to(device)).eval(),
             "bilora (head + 5 domains' updates)": registry.HeadMethod(backbone, bilora_head(backbone, cfg, device),
                                                                       scoring="logit_max", name="bilora").eval()}
 
@@ -88,7 +90,7 @@ def train_steps(backbone, device, batch: int) -> dict:
     mask[batch // 2:, s // 4: s // 2, s // 4: s // 2] = 1.0
     data = {"image": torch.rand(batch, 3, s, s, generator=gen), "mask": mask,
             "has_mask": torch.ones(batch), "label": (torch.arange(batch) >= batch // 2).float(),
-            "pixel_domain": torch.ones(batch)}
+            "pixel_domain": torch.ones(batch), "domain": torch.arange(batch) % 5}
     data = {k: v.to(device) for k, v in data.items()}
     steps = {}
     cfg = TrainConfig(data="d", target="Brain", out="o", method="naive", vaca=False)
@@ -210,7 +212,8 @@ def main_train_step(args, argv) -> str:
             f"at end.\n\n{table}\n\nCommand: `PYTHONPATH=$PWD python benchmarks/adsim_baselines.py "
             f"{' '.join(argv or sys.argv[1:])}`. The head's step runs the adapters inside the tower (gradient through "
             "the later frozen blocks); AnomalyCLIP's runs the frozen visual tower without gradient and the text tower "
-            "with it (learned prompts); APRIL-GAN's runs the frozen tower without gradient and four linear maps with it.")
+            "with it (learned prompts); APRIL-GAN's runs the frozen tower without gradient and four linear maps with "
+            "it; Mao et al.'s runs it without gradient and only the prototypes with it.")
     if args.write:
         write_section(str(ROOT / "benchmarks" / "RESULTS.md"), "adsim baselines: training-step cost "
                       "(benchmarks/adsim_baselines.py --train-step)", body)

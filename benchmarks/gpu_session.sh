@@ -82,8 +82,8 @@ on e2e && rm -rf "${E2E_DIR:-/tmp/adsim_e2e}" && timeout 300 python3 benchmarks/
     --n-per-class 16 --size 256 --image-size 64 --seeds 100000 2>&1 | grep -v "^WARNING:root" | tee "$OUT/e2e.log"
 
 # 5. The baselines at ViT-L-14-336, B = 16 (not in the default SECTIONS: run it with e2e in the second
-#    call): inference of the head, WinCLIP, AnomalyCLIP, APRIL-GAN, AdaCLIP and BiLoRA, then one training
-#    step (forward, loss, backward) of the head, BiLoRA and every registered trainer.
+#    call): inference of the head, WinCLIP, AnomalyCLIP, APRIL-GAN, AdaCLIP, Mao et al. and BiLoRA, then one
+#    training step (forward, loss, backward) of the head, BiLoRA and every registered trainer.
 on bl && timeout 120 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 \
     --iters 5 2>&1 | grep -v "^WARNING:root" | tee "$OUT/baselines.log"
 on bl && timeout 120 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 \

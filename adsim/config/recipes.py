@@ -16,6 +16,7 @@ records the full recipe (``config.json`` -> ``"recipe"``; ``protocol.json`` for 
 * ``bilora`` -- the BiLoRA baseline (``adsim.methods.baselines.bilora``): the naive head's objective, domains
   one at a time.
 * ``adaclip`` -- the AdaCLIP baseline (``adsim.methods.baselines.adaclip``) with its training settings.
+* ``mao`` -- Mao et al. (``adsim.methods.baselines.mao``); no training settings are public: adsim's choices.
 
 Where a choice could not be implemented, the field still exists, the value is listed in
 :data:`NOT_IMPLEMENTED` and :func:`validate` rejects it with a one-line message; the shipped recipe
@@ -34,8 +35,8 @@ from adsim.data.domains import SPLITS
 
 # Allowed values of every categorical field (the first one is not special).
 CHOICES = {
-    # anomalyclip, aprilgan, bilora, adaclip: adsim.methods.baselines.<name>
-    "method": ("naive", "match", "anomalyclip", "aprilgan", "bilora", "adaclip"),
+    # anomalyclip, aprilgan, bilora, adaclip, mao: adsim.methods.baselines.<name>
+    "method": ("naive", "match", "anomalyclip", "aprilgan", "bilora", "adaclip", "mao"),
     "metric": METRICS,
     "gate_unit": ("patch", "image_mean"),
     "gate_filter": ("centroids", "skip_step"),
@@ -178,6 +179,14 @@ RECIPES = {
         name="adaclip", method="adaclip", vaca=False, prompts="adaclip_object", clip_norm=True, batch_size=1,
         epochs=5, lr=0.01, beta_dice=1.0, beta_focal=1.0, beta_bce=1.0, lambda_intra=0.0, lambda_inter=0.0,
         lambda_var=0.0, cls_only_pixel_loss="none", select="last", smooth_sigma=4.0, protocol_mode="cumulative"),
+    # Mao et al. (CVPR 2025; github.com/Kerio99/CMAD has no code): no training setting is public, so every value
+    # is adsim's choice: APRIL-GAN's optimisation (batch 8, 15 epochs, lr 1e-3), BCE + Focal + Dice weight 1,
+    # lambda_intra = weight of the pull of each global prototype toward its domain's images of its class, CLIP
+    # normalisation, no smoothing; prompts are not used (the model has no text encoder).
+    "mao": Recipe(
+        name="mao", method="mao", vaca=False, clip_norm=True, batch_size=8, epochs=15, lr=1e-3, beta_dice=1.0,
+        beta_focal=1.0, beta_bce=1.0, lambda_intra=1.0, lambda_inter=0.0, lambda_var=0.0, cls_only_pixel_loss="none",
+        select="last", smooth_sigma=0.0, protocol_mode="cumulative"),
 }
 
 

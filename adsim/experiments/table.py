@@ -37,6 +37,7 @@ from adsim.data.domains import DOMAINS, MASKED, TASKS, canonical_domain
 from adsim.evaluation.evaluate import split_metrics
 from adsim.inference.detector import Detector
 from adsim.methods import catalog
+from adsim.methods.baselines import mao
 from adsim.methods.fewshot import for_target, support_shots
 from adsim.methods.registry import TRAINED
 from adsim.runtime.io import read_json, write_json
@@ -47,7 +48,9 @@ from poolsim import atomic_write
 # paper authors' re-implementations. "match" = the paper's method only under the paper/authors recipe.
 PAPER_ROW = {"naive": "MVFA-AD*", "mvfa": "MVFA-AD*", "match": "Ours", "paper": "Ours", "authors": "Ours",
              "winclip": "WinCLIP", "anomalyclip": "AnomalyCLIP*",
-             "aprilgan": "APRIL-GAN", "bilora": "BiLORA*", "adaclip": "AdaCLIP"}
+             "aprilgan": "APRIL-GAN", "bilora": "BiLORA*", "adaclip": "AdaCLIP", "mao": "Mao et al."}
+# methods that implement only what their public sources define: the table's header says so, in these words
+READINGS = {"mao": mao.LABEL}
 RANDOM_WEIGHTS = ("RANDOM-WEIGHT BACKBONE (no --checkpoint): the AUCs of this run are MEANINGLESS; they only "
                   "show that the pipeline runs.")
 
@@ -183,6 +186,8 @@ def write_outputs(out, targets, methods, shots, record: dict) -> pd.DataFrame:
               + ", ".join(f"{m} -> {PAPER_ROW[m]}" for m in record["methods"] if m in PAPER_ROW)
               + (" (\"Ours\" is the paper's recipe; compare the recipe each method ran with)"
                  if any(PAPER_ROW.get(m) == "Ours" for m in record["methods"]) else "") + ".", ""]
+    readings = [f"**{m}: {READINGS[m]}.**" for m in record["methods"] if m in READINGS]
+    header += readings + ([""] if readings else [])
     if not record["pretrained"]:
         header += [f"**{RANDOM_WEIGHTS}**", ""]
     if record.get("selected_on_test"):

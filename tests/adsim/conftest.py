@@ -47,3 +47,26 @@ def triton_interpreter():
         return torch.load(folder / "out.pt")
 
     return run
+
+
+@pytest.fixture(scope="session")
+def cli_run(toy_root):
+    """``run(recipe, folder) -> (run folder, checkpoint state, history, metrics.json)``: ``python -m adsim train
+    --recipe RECIPE`` (1 epoch, tiny backbone, target Brain, training domains Liver and Chest), ``eval`` and
+    ``predict --run`` on one Brain test image, each asserted to exit 0."""
+    from adsim.cli.main import main
+    from adsim.runtime.io import load_torch, read_json
+
+    def run(recipe: str, folder: Path) -> tuple:
+        out = folder / "run"
+        assert main(["train", "--recipe", recipe, "--data", str(toy_root), "--target", "Brain", "--train-domains",
+                     "Liver", "Chest", "--out", str(out), "--epochs", "1", "--backbone", "tiny", "--no-progress",
+                     "--device", "cpu"]) == 0
+        assert main(["eval", "--run", str(out), "--data", str(toy_root), "--no-progress", "--device", "cpu"]) == 0
+        image = next((toy_root / "Brain_AD" / "test" / "Ungood" / "img").glob("*.png"))
+        assert main(["predict", "--run", str(out), "--out", str(folder / "pred"), str(image), "--device", "cpu"]) == 0
+        assert (folder / "pred" / "scores.csv").is_file()
+        return (out, load_torch(out / "checkpoint_last.pt")["head"], read_json(out / "history.json")["history"],
+                read_json(out / "metrics.json"))
+
+    return run

@@ -61,7 +61,8 @@ def _batches(spec, n, b=4, seed=1):
         masks[1::2, s // 4: s // 2 + 4 * i, s // 4: s // 2] = 1.0  # every other image: a lesion
         out.append({"image": torch.randn(b, 3, s, s, generator=gen), "mask": masks,
                     "has_mask": torch.tensor([1.0] * (b - 1) + [0.0]),  # one image without a mask
-                    "label": torch.tensor([float(j % 2) for j in range(b)]), "pixel_domain": torch.ones(b)})
+                    "label": torch.tensor([float(j % 2) for j in range(b)]), "pixel_domain": torch.ones(b),
+                    "domain": torch.arange(b) % 2})
     return out
 
 
@@ -165,14 +166,16 @@ def test_sequential_gate_runs_between_compiled_graphs(tiny):
     assert not step.regions.fell_back
 
 
-def test_anomalyclip_trainer_compiles_and_matches_eager(tiny):
-    """A method's own trainer (anomalyclip: frozen towers + learned prompts, glocal loss) as two compiled
-    regions: same loss and gradients as eager, one graph each."""
+@pytest.mark.parametrize("name", ["anomalyclip", "mao"])
+def test_a_trainer_compiles_and_matches_eager(tiny, name):
+    """A method's own trainer (anomalyclip: frozen towers + learned prompts, glocal loss; mao: frozen visual
+    tower + per-domain prototypes, a loss that indexes each sample's domain) as two compiled regions: same
+    loss and gradients as eager, one graph each."""
     from adsim.methods import catalog
 
     spec = tiny.spec
-    cfg = _cfg("anomalyclip")
-    trainer = catalog.trainer("anomalyclip")
+    cfg = _cfg(name)
+    trainer = catalog.trainer(name)
     torch.manual_seed(0)
     module = trainer.build(cfg, tiny)
     backend = Counting()
