@@ -63,6 +63,25 @@ def test_a_new_domain_starts_from_the_previous_function():
     assert torch.equal(features_from_tokens(head, x).image_logits, before)
 
 
+def test_gradient_clipping_sees_only_the_current_domains_gradient():
+    # train_epoch clips with clip_grad_norm_(head.parameters()): a frozen core's last .grad would inflate that
+    # norm and shrink the new domain's step, so adding a domain drops it
+    head = naive_head()
+    bilora.attach(head)
+    first = bilora.add_domain(head, 0, seed=2)
+    x = torch.randn(3, LAYERS, 4, WIDTH)
+    features_from_tokens(head, x).image_logits.sum().backward()
+    assert any(p.grad is not None for p in first)  # the det adapters' cores (the image logits' path)
+    second = bilora.add_domain(head, 1, seed=2)
+    assert all(p.grad is None for p in first)
+    features_from_tokens(head, x).image_logits.square().sum().backward()
+    # the clipping norm over the whole head equals the norm of the current cores' gradients alone
+    expected = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in second
+                                                     if p.grad is not None]))
+    total = torch.nn.utils.clip_grad_norm_(head.parameters(), float("inf"))
+    torch.testing.assert_close(total, expected)
+
+
 def test_updates_of_different_domains_are_near_orthogonal_as_measured():
     head = naive_head()
     bilora.attach(head)

@@ -95,9 +95,12 @@ class BilinearDelta(nn.Module):
         self.cols: list = []
 
     def add_domain(self, rows: torch.Tensor, cols: torch.Tensor) -> nn.Parameter:
-        """Freeze the earlier cores and add a zero core on frequencies ``(rows, cols)``; returns it."""
+        """Freeze the earlier cores and add a zero core on frequencies ``(rows, cols)``; returns it. A frozen
+        core's last gradient is dropped: it would otherwise still count in the gradient-clipping norm over
+        the head's parameters while the new domain trains."""
         for core in self.cores:
             core.requires_grad_(False)
+            core.grad = None
         core = nn.Parameter(torch.zeros(self.rank, self.rank, device=self.basis_rows.device))
         self.cores.append(core)
         self.rows.append(rows.to(self.basis_rows.device))
