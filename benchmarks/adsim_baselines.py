@@ -100,15 +100,13 @@ def train_steps(backbone, device, batch: int) -> dict:
         loss, _ = objective(cfg, head, features(backbone, head, data["image"]), data, spec.grid)
         loss.backward()
     steps["naive (head)"] = head_step
-    bhead = bilora_head(backbone, cfg, device).train()  # BiLoRA's 5th protocol step: only its cores train
-
-    def bilora_step():
-        loss, _ = objective(cfg, bhead, features(backbone, bhead, data["image"]), data, spec.grid)
-        loss.backward()
-    steps["bilora (5th domain)"] = bilora_step
     for name, trainer in sorted(registry.TRAINERS.items()):
         tcfg = recipe_config(name)
         module = trainer.build(tcfg, backbone).to(device).train()
+        if trainer.schedule == "sequential":  # BiLoRA: the step of the 5th domain (four frozen updates before it)
+            for t in range(BILORA_DOMAINS):
+                trainer.start_domain(tcfg, module, t)
+            name = f"{name} ({BILORA_DOMAINS}th domain)"
 
         def step(trainer=trainer, module=module, tcfg=tcfg):
             loss, _ = trainer.loss(tcfg, module, trainer.forward(module, backbone, data["image"]), data)

@@ -422,3 +422,23 @@ def test_table_trains_a_baseline_leave_one_out_beside_its_paper_row(name, target
     row = table.PAPER_ROW[name]  # the paper's Table 1 row (adsim/data/reference.py): "APRIL-GAN", "AdaCLIP"
     assert {f"{name} k=0 AC", f"{name} k=0 AS", f"paper-reported {row} AC"} <= set(df.columns)
     assert df[f"paper-reported {row} AC"][0] == reference.TABLE1[row][(target, "AC")]
+
+
+@pytest.mark.parametrize("mode", [[], ["--train-step"]])
+def test_cost_benchmark_runs_every_registered_method(mode):
+    # benchmarks/adsim_baselines.py builds every registered method / trainer itself (its rows are RESULTS.md's
+    # and the GPU script's section 5): one timed call per method on the tiny backbone, each must get a row
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "adsim_baselines.py"), "--backbones", "tiny",
+                           "--iters", "1", "--batch", "2", *mode], capture_output=True, text=True, env=env,
+                          cwd=root, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split("|")[2].strip() for line in proc.stdout.splitlines() if line.startswith("| tiny")]
+    names = set(registry.TRAINERS) if mode else {"winclip", "anomalyclip", "aprilgan", "adaclip", "mao", "bilora"}
+    assert all(any(r.split(" (")[0] == n for r in rows) for n in names), rows
