@@ -174,7 +174,8 @@ def weighted_median(x, w=None):
     NumPy's convention (mean of the two middle values for an even count). Written by sorting
     rather than calling a library median because ``torch.median`` returns the *lower* middle
     value, not the average, and because masked rows must be ignored without boolean indexing:
-    they are pushed to the top of the sort with the dtype's largest finite value.
+    they are pushed to the top of the sort with the dtype's largest finite value. With no row kept the
+    result is not a median (the top of the sort: inf): callers check ``sum(w > 0) > 0`` first.
     """
     xp = namespace(x)
     if w is None:

@@ -69,6 +69,8 @@ def _lesion(img: np.ndarray, rng) -> tuple:
 
 
 def _save(array: np.ndarray, path: Path) -> None:
+    # tmp + os.replace rather than poolsim.atomic_write: the same no-partial-file guarantee without its fsync,
+    # which for hundreds of small PNGs of a regenerable toy set would take most of the command's time
     tmp = path.with_name(path.stem + ".tmp" + path.suffix)
     # uint8 (H, W) -> 8-bit grey; zlib level 1: the same pixels, written ~4x faster than level 6
     Image.fromarray(array).save(tmp, format="PNG", compress_level=1)
