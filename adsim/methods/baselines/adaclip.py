@@ -66,7 +66,7 @@ from torch import nn
 
 from adsim.config.prompts import prompt_texts
 from adsim.methods.baselines.aprilgan import stage_features
-from adsim.methods.baselines.common import check_images, image_embedding, layer_targets
+from adsim.methods.baselines.common import check_images, image_embedding, layer_targets, load_checked, positive_int
 from adsim.methods.registry import Method, Output, Trainer, register_trained, register_trainer
 from adsim.model import losses
 from adsim.model.backbone import run_blocks, upsample_patches
@@ -94,8 +94,7 @@ class HybridPrompts(nn.Module):
     def __init__(self, backbone, texts: dict, *, length: int = LENGTH, depth: int = DEPTH, seed: int = 0):
         super().__init__()
         for name, v in (("length", length), ("depth", depth)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            positive_int(name, v)
         if not isinstance(texts, dict) or not texts.get("normal") or not texts.get("anomaly"):
             raise ValueError(f"texts must be a dict with non-empty 'normal' and 'anomaly' sentence lists, got "
                              f"{sorted(texts) if isinstance(texts, dict) else type(texts).__name__}")
@@ -286,11 +285,7 @@ def load(cfg, backbone, record, state: dict) -> AdaCLIP:
     device = next(backbone.model.parameters()).device
     prompts = HybridPrompts(backbone, record["prompts"], length=int(vs.shape[1]), depth=int(vs.shape[0]),
                             seed=cfg.seed)
-    try:
-        prompts.load_state_dict(state)
-    except RuntimeError as err:
-        raise ValueError(f"checkpoint does not fit the adaclip prompts of this backbone: "
-                         f"{' '.join(str(err).split())[:400]}") from err
+    load_checked(prompts, state, "adaclip prompts of this backbone")
     return AdaCLIP(backbone, prompts.to(device), clip_norm=cfg.clip_norm).eval()
 
 

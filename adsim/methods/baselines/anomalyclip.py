@@ -67,7 +67,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from adsim.methods.baselines.common import check_images, log_odds, pooled, project
+from adsim.methods.baselines.common import check_images, load_checked, log_odds, pooled, project
 from adsim.methods.registry import Method, Output, Trainer, register_trained, register_trainer
 from adsim.model import losses
 from adsim.model.backbone import run_blocks, upsample_patches
@@ -238,10 +238,7 @@ def load(cfg, backbone, record, state: dict) -> AnomalyCLIP:
                          f"'deep' (depth - 1, t, D)); keys: {sorted(state) if isinstance(state, dict) else type(state)}")
     learner = PromptLearner(backbone, n_ctx=int(ctx.shape[1]), depth=int(deep.shape[0]) + 1, t=int(deep.shape[1]),
                             seed=cfg.seed)
-    try:
-        learner.load_state_dict(state)
-    except RuntimeError as err:
-        raise ValueError(f"checkpoint does not fit the anomalyclip prompts of this backbone: {err}") from err
+    load_checked(learner, state, "anomalyclip prompts of this backbone")
     device = next(backbone.model.parameters()).device
     return AnomalyCLIP(backbone, learner.to(device), clip_norm=cfg.clip_norm).eval()
 

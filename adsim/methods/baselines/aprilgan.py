@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from adsim.config.prompts import prompt_texts
-from adsim.methods.baselines.common import check_images, layer_targets, log_odds, pooled
+from adsim.methods.baselines.common import check_images, layer_targets, load_checked, log_odds, pooled, positive_int
 from adsim.methods.registry import Method, Output, Trainer, register_trained, register_trainer
 from adsim.model import losses
 from adsim.model.backbone import run_blocks, upsample_patches
@@ -61,8 +61,7 @@ class LinearMaps(nn.Module):
     def __init__(self, width: int, embed_dim: int, text: torch.Tensor, *, stages: int = 4, seed: int = 0):
         super().__init__()
         for name, v in (("width", width), ("embed_dim", embed_dim), ("stages", stages)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            positive_int(name, v)
         if not torch.is_tensor(text) or tuple(text.shape) != (2, embed_dim):
             shape = tuple(text.shape) if torch.is_tensor(text) else type(text).__name__
             raise ValueError(f"text must be a (2, {embed_dim}) tensor (normal, anomalous), got {shape}")
@@ -154,11 +153,7 @@ def load(cfg, backbone, record, state: dict) -> APRILGAN:
     device = next(backbone.model.parameters()).device
     maps = LinearMaps(spec.width, spec.embed_dim, text_embeddings(backbone, record["prompts"]),
                       stages=len(spec.adapter_layers), seed=cfg.seed)
-    try:
-        maps.load_state_dict(state)
-    except RuntimeError as err:
-        raise ValueError(f"checkpoint does not fit the aprilgan maps of this backbone: {' '.join(str(err).split())[:400]}") \
-            from err
+    load_checked(maps, state, "aprilgan maps of this backbone")
     return APRILGAN(backbone, maps.to(device), clip_norm=cfg.clip_norm).eval()
 
 

@@ -53,6 +53,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from adsim.config.prompts import prompt_texts
+from adsim.methods.baselines.common import load_checked, positive_int
 from adsim.methods.registry import HeadMethod, Trainer, register_trained, register_trainer
 from adsim.model.head import features, make_head, text_embeddings
 from adsim.model.objective import objective
@@ -63,8 +64,7 @@ RANK = 8  # frequencies per side and domain (capped at half the smaller side of 
 def dct_basis(n: int) -> torch.Tensor:
     """Orthonormal DCT-II matrix ``(n, n)``: column ``k`` is frequency ``k``,
     ``C[i, k] = s_k cos(pi (i + 1/2) k / n)`` with ``s_0 = sqrt(1/n)``, ``s_k = sqrt(2/n)``; ``C^T C = I``."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    positive_int("n", n)
     i = torch.arange(n, dtype=torch.float64)[:, None]
     k = torch.arange(n, dtype=torch.float64)[None, :]
     c = torch.cos(math.pi * (i + 0.5) * k / n) * math.sqrt(2.0 / n)
@@ -132,8 +132,7 @@ def attach(head, *, rank: int = RANK) -> list:
     if getattr(head, "vaca", None) is not None or getattr(head, "centroids", None) is not None:
         raise ValueError("bilora adapts the naive adapter head: the head must have no VACA and no matching "
                          "(recipe fields vaca=False and method other than 'match'; --recipe bilora sets them)")
-    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
-        raise ValueError(f"rank must be an integer >= 1, got {rank!r}")
+    positive_int("rank", rank)
     for p in head.parameters():
         p.requires_grad_(False)
     out = []
@@ -254,11 +253,7 @@ def load(cfg, backbone, record: dict, state: dict) -> HeadMethod:
     head = bilora_head(cfg, backbone, record["prompts"]).to(device)  # cores and supports follow the bases
     for index in range(domains_in(state)):
         start_domain(cfg, head, index)
-    try:
-        head.load_state_dict(state)
-    except RuntimeError as err:
-        raise ValueError(f"checkpoint does not fit the bilora head this adsim version builds from the run's "
-                         f"config: {' '.join(str(err).split())[:400]}") from err
+    load_checked(head, state, "bilora head this adsim version builds from the run's config")
     return as_method(cfg, backbone, head).eval()
 
 

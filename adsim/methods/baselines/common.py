@@ -1,4 +1,5 @@
-"""What the CLIP baselines share: input check, the joint-space projection of tokens, and the two-way
+"""What the CLIP baselines share: argument and input checks, loading a checkpoint state into a method's
+trainable module, the joint-space projection of tokens, and the two-way
 (normal, anomalous) log-odds (the frozen blocks and the patch-to-pixel upsampling are
 ``adsim.model.backbone.run_blocks`` / ``upsample_patches``, as for the adapter head). Shapes: ``B`` images, ``N = grid**2``
 patch tokens, ``W`` visual width, ``E`` joint embedding dimension."""
@@ -10,6 +11,25 @@ from adsim.model.backbone import upsample_patches
 from poolsim import core
 
 TEMPERATURE = 0.07  # CLIP's initial temperature; WinCLIP (Eq. 1) and AnomalyCLIP divide by it
+
+
+
+def positive_int(name: str, v) -> int:
+    """``v`` if it is an ``int`` (not a bool) ``>= 1``, else ``ValueError`` naming ``name``."""
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    return v
+
+
+def load_checked(module: torch.nn.Module, state: dict, what: str) -> torch.nn.Module:
+    """``module.load_state_dict(state)``; returns ``module``. A state that does not fit -> ``ValueError``
+    "checkpoint does not fit the <what>: " followed by torch's message on one line (its first 400
+    characters)."""
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(f"checkpoint does not fit the {what}: {' '.join(str(err).split())[:400]}") from err
+    return module
 
 
 def check_images(images: torch.Tensor, spec) -> None:

@@ -50,7 +50,7 @@ from torch import nn
 
 from adsim.config.run import validate as validate_config
 from adsim.methods.baselines.aprilgan import visual_tokens
-from adsim.methods.baselines.common import TEMPERATURE, project
+from adsim.methods.baselines.common import TEMPERATURE, load_checked, positive_int, project
 from adsim.methods.registry import Method, Output, Trainer, register_trained, register_trainer
 from adsim.model import losses
 from adsim.model.backbone import upsample_patches
@@ -63,12 +63,6 @@ LABEL = ("Mao et al. (adsim's reading of the abstract and the authors' framework
          "weights, top-K, the losses and the few-shot fusion are adsim's choices, docs/recipes.md)")
 
 
-def _positive_int(name: str, v) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    return v
-
-
 class Prototypes(nn.Module):
     """The trainable state: ``glob (M, 2, E)`` global and ``local (M, L, 2, E)`` local prototypes per source
     domain (index 0 normal, 1 abnormal), drawn from a Gaussian of standard deviation ``embed_dim ** -0.5`` (norm
@@ -77,7 +71,7 @@ class Prototypes(nn.Module):
     def __init__(self, domains: int, stages: int, embed_dim: int, *, seed: int = 0):
         super().__init__()
         for name, v in (("domains", domains), ("stages", stages), ("embed_dim", embed_dim)):
-            _positive_int(name, v)
+            positive_int(name, v)
         gen, scale = torch.Generator().manual_seed(seed), embed_dim ** -0.5  # expected norm 1
         self.glob = nn.Parameter(scale * torch.randn(domains, 2, embed_dim, generator=gen))
         self.local = nn.Parameter(scale * torch.randn(domains, stages, 2, embed_dim, generator=gen))
@@ -110,7 +104,7 @@ def harmonization_weights(g: torch.Tensor, glob: torch.Tensor,
 
 def top_k(n: int) -> int:
     """``K`` of the local image score for ``n`` patches: ``max(1, ceil(TOPK_FRACTION * n))``."""
-    return max(1, math.ceil(TOPK_FRACTION * _positive_int("n", n)))
+    return max(1, math.ceil(TOPK_FRACTION * positive_int("n", n)))
 
 
 def topk_mean(z: torch.Tensor) -> torch.Tensor:
@@ -201,11 +195,7 @@ def load(cfg, backbone, record, state: dict) -> Mao:
         raise ValueError(f"checkpoint state is not a mao state (need 'glob' and 'local'); keys: {keys}")
     device = next(backbone.model.parameters()).device
     protos = build_prototypes(cfg, backbone)
-    try:
-        protos.load_state_dict(state)
-    except RuntimeError as err:
-        raise ValueError(f"checkpoint does not fit the mao prototypes of this run's domains and backbone: "
-                         f"{' '.join(str(err).split())[:400]}") from err
+    load_checked(protos, state, "mao prototypes of this run's domains and backbone")
     return Mao(backbone, protos.to(device), validate_config(cfg).train_domains, clip_norm=cfg.clip_norm).eval()
 
 
