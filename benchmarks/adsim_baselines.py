@@ -157,40 +157,31 @@ def main(argv=None) -> str:
     ap.add_argument("--train-step", action="store_true", help="time training steps instead of inference")
     args = ap.parse_args(argv)
     if args.train_step:
-        return main_train_step(args, argv)
-    device = torch.device(args.device)
-    load0 = os.getloadavg()[0]
-    torch.set_num_threads(1) if device.type == "cpu" else None
-    rows = []
-    for name in args.backbones:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RandomWeightsWarning)
-            backbone = build_backbone(name, device=device)
-        ms = methods(backbone, device)
+        return report(
+            args, argv, lambda backbone, device: train_steps(backbone, device, args.batch), "training step of a batch",
+            "steps after one warm-up (forward, loss, backward; no optimiser step)",
+            "The head's step runs the adapters inside the tower (gradient through the later frozen blocks); "
+            "AnomalyCLIP's runs the frozen visual tower without gradient and the text tower with it (learned "
+            "prompts); APRIL-GAN's runs the frozen tower without gradient and four linear maps with it; Mao et "
+            "al.'s runs it without gradient and only the prototypes with it.",
+            "adsim baselines: training-step cost (benchmarks/adsim_baselines.py --train-step)")
+
+    def forwards(backbone, device):
         s = backbone.spec.image_size
         x = torch.rand(args.batch, 3, s, s, generator=torch.Generator().manual_seed(0)).to(device)
-        with torch.inference_mode():
-            times = alternating_times({k: functools.partial(m, x) for k, m in ms.items()}, device, args.iters)
-        rows += table_rows(name, backbone, times, args.batch)
-    table = ("| backbone | method | forward of a batch [ms] | images/s | time / head |\n|---|---|---:|---:|---:|\n"
-             + "\n".join(rows))
-    body = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine_info()}; torch {torch.__version__}, "
-            f"device {device}, {'1 torch thread' if device.type == 'cpu' else ''}; batch {args.batch}, median of "
-            f"{args.iters} calls after one warm-up, methods alternating. Random weights (timing only). 1-minute load "
-            f"average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end.\n\n{table}\n\n"
-            f"Command: `PYTHONPATH=$PWD python benchmarks/adsim_baselines.py {' '.join(argv or sys.argv[1:])}`. "
-            "WinCLIP runs the whole ViT once per window (exact masked-token windows: 2 x 2 and 3 x 3 at stride 1, "
-            "each sequence 1 + k^2 tokens) besides the full image; AnomalyCLIP's text embeddings are computed once, "
-            "so its forward is the frozen ViT plus four projections.")
-    if args.write:
-        write_section(str(ROOT / "benchmarks" / "RESULTS.md"), "adsim baselines: inference cost "
-                      "(benchmarks/adsim_baselines.py)", body)
-    print(body)
-    return body
+        return {k: functools.partial(m, x) for k, m in methods(backbone, device).items()}
+    return report(
+        args, argv, forwards, "forward of a batch", "calls after one warm-up",
+        "WinCLIP runs the whole ViT once per window (exact masked-token windows: 2 x 2 and 3 x 3 at stride 1, "
+        "each sequence 1 + k^2 tokens) besides the full image; AnomalyCLIP's text embeddings are computed once, "
+        "so its forward is the frozen ViT plus four projections.",
+        "adsim baselines: inference cost (benchmarks/adsim_baselines.py)", inference=True)
 
 
-def main_train_step(args, argv) -> str:
-    """``--train-step``: the median time of one training step per method, alternating methods call by call."""
+def report(args, argv, calls, what: str, timed: str, notes: str, section: str, *, inference: bool = False) -> str:
+    """Time ``calls(backbone, device) -> {name: call}`` on every ``--backbones`` (methods alternating; under
+    ``torch.inference_mode()`` when ``inference``), print the table of ``what`` with the machine, the
+    command and ``notes``, and with ``--write`` replace ``section`` of benchmarks/RESULTS.md with it."""
     device = torch.device(args.device)
     load0 = os.getloadavg()[0]
     torch.set_num_threads(1) if device.type == "cpu" else None
@@ -199,22 +190,20 @@ def main_train_step(args, argv) -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RandomWeightsWarning)
             backbone = build_backbone(name, device=device)
-        steps = train_steps(backbone, device, args.batch)
-        rows += table_rows(name, backbone, alternating_times(steps, device, args.iters), args.batch)
-    table = ("| backbone | method | training step of a batch [ms] | images/s | time / head |\n|---|---|---:|---:|---:|\n"
+        timed_calls = calls(backbone, device)
+        with torch.inference_mode(inference):
+            times = alternating_times(timed_calls, device, args.iters)
+        rows += table_rows(name, backbone, times, args.batch)
+    table = (f"| backbone | method | {what} [ms] | images/s | time / head |\n|---|---|---:|---:|---:|\n"
              + "\n".join(rows))
     body = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine_info()}; torch {torch.__version__}, "
             f"device {device}, {'1 torch thread' if device.type == 'cpu' else ''}; batch {args.batch}, median of "
-            f"{args.iters} steps after one warm-up (forward, loss, backward; no optimiser step), methods alternating. "
-            f"Random weights (timing only). 1-minute load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} "
-            f"at end.\n\n{table}\n\nCommand: `PYTHONPATH=$PWD python benchmarks/adsim_baselines.py "
-            f"{' '.join(argv or sys.argv[1:])}`. The head's step runs the adapters inside the tower (gradient through "
-            "the later frozen blocks); AnomalyCLIP's runs the frozen visual tower without gradient and the text tower "
-            "with it (learned prompts); APRIL-GAN's runs the frozen tower without gradient and four linear maps with "
-            "it; Mao et al.'s runs it without gradient and only the prototypes with it.")
+            f"{args.iters} {timed}, methods alternating. Random weights (timing only). 1-minute load average "
+            f"{load0:.1f} at start, {os.getloadavg()[0]:.1f} at end.\n\n{table}\n\n"
+            f"Command: `PYTHONPATH=$PWD python benchmarks/adsim_baselines.py {' '.join(argv or sys.argv[1:])}`. "
+            + notes)
     if args.write:
-        write_section(str(ROOT / "benchmarks" / "RESULTS.md"), "adsim baselines: training-step cost "
-                      "(benchmarks/adsim_baselines.py --train-step)", body)
+        write_section(str(ROOT / "benchmarks" / "RESULTS.md"), section, body)
     print(body)
     return body
 
