@@ -139,6 +139,18 @@ def test_recipes_compile_to_two_graphs(tiny, recipe):
     torch.testing.assert_close(loss_c, loss_e, rtol=2e-5, atol=1e-6)
 
 
+
+def _assert_same_grads(loss_c, loss_e, module_c, module_e, *, allow_unused=False, msg=None):
+    """The gradients of ``loss_c`` w.r.t. ``module_c``'s parameters equal those of ``loss_e`` w.r.t.
+    ``module_e``'s (rtol 1e-4, atol 1e-4 of the largest eager entry); with ``allow_unused`` a parameter may
+    get no gradient, but then in both."""
+    ge = torch.autograd.grad(loss_e, list(module_e.parameters()), allow_unused=allow_unused)
+    gc = torch.autograd.grad(loss_c, list(module_c.parameters()), allow_unused=allow_unused)
+    for a, b in zip(ge, gc):
+        assert (a is None) == (b is None), msg
+        if a is not None:
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()), msg=msg)
+
 def test_sequential_gate_runs_between_compiled_graphs(tiny):
     """The exact sequential gate (JAX scan on the CPU) is not traced: it runs eagerly between the graphs of
     region 1 (``torch.compiler.disable``), and a step gives eager's loss, gradients and centroids (dynamo
@@ -154,12 +166,7 @@ def test_sequential_gate_runs_between_compiled_graphs(tiny):
         loss_e, parts_e, _ = compiled_step.post_trunk_loss(cfg, eager, tiny, tokens, batch, spec.grid)
         loss_c, parts_c = step(cfg, comp, tokens, batch)
         torch.testing.assert_close(loss_c, loss_e, rtol=2e-5, atol=1e-6, msg=f"step {k}")
-        ge = torch.autograd.grad(loss_e, list(eager.parameters()), allow_unused=True)
-        gc = torch.autograd.grad(loss_c, list(comp.parameters()), allow_unused=True)
-        for a, b in zip(ge, gc):
-            assert (a is None) == (b is None)
-            if a is not None:
-                torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()), msg=f"step {k}")
+        _assert_same_grads(loss_c, loss_e, comp, eager, allow_unused=True, msg=f"step {k}")
         for name, t in eager.state_dict().items():
             torch.testing.assert_close(comp.state_dict()[name], t, rtol=2e-5, atol=2e-5, msg=f"step {k} {name}")
     assert backend.graphs > 2  # region 1 broke around the gate
@@ -183,13 +190,10 @@ def test_a_trainer_compiles_and_matches_eager(tiny, name):
                                                                fullgraph=True)
     batch = _batches(spec, 1, b=2)[0]
     loss_e, parts_e = trainer.loss(cfg, module, trainer.forward(module, tiny, batch["image"]), batch)
-    ge = torch.autograd.grad(loss_e, list(module.parameters()))
     loss_c, parts_c = loss_fn(cfg, module, forward(batch["image"]), batch)
-    gc = torch.autograd.grad(loss_c, list(module.parameters()))
     assert backend.graphs == 2 and not regions.fell_back
     torch.testing.assert_close(loss_c, loss_e, rtol=2e-5, atol=1e-6)
-    for a, b in zip(ge, gc):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()))
+    _assert_same_grads(loss_c, loss_e, module, module)
 
 
 class Failing:
