@@ -13,8 +13,11 @@ from . import theory as theory
 from ._advise import Advice as Advice
 from ._advise import advise as advise
 from ._da import da_score as da_score
+from ._cache import cache_dir as cache_dir
+from ._io import FolderBusyError as FolderBusyError
 from ._io import atomic_write as atomic_write
 from ._io import atomic_write_text as atomic_write_text
+from ._io import folder_lock as folder_lock
 from ._multimodal import MultiMatched as MultiMatched
 from ._multimodal import match_multimodal as match_multimodal
 from ._strategies import Matched as Matched
@@ -27,6 +30,8 @@ from ._verdict import Verdict as Verdict
 from ._verdict import decide as decide_claim
 
 __version__ = "0.1.0"
-__all__ = ["Matched", "MultiMatched", "Pooled", "Subsampled", "Verdict", "atomic_write", "atomic_write_text",
-           "core", "da_score", "decide_claim", "flows", "match", "match_multimodal", "metadist", "naive_pool", "subsample",
-           "theory", "verdict"]
+__all__ = [
+    "FolderBusyError", "Matched", "MultiMatched", "Pooled", "Subsampled", "Verdict", "atomic_write",
+    "atomic_write_text", "cache_dir", "core", "da_score", "decide_claim", "flows", "folder_lock", "match",
+    "match_multimodal", "metadist", "naive_pool", "subsample", "theory", "verdict",
+]

@@ -44,3 +44,87 @@ def atomic_write(path, write: Callable) -> Path:
 def atomic_write_text(path, text: str) -> Path:
     """:func:`atomic_write` of ``text`` encoded as UTF-8."""
     return atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
+class FolderBusyError(RuntimeError):
+    """Another live process holds the folder's lock (see :func:`folder_lock`). ``holder`` is the text that
+    process wrote into the lock file: ``"pid PID on HOST"`` (empty if it had not written it yet)."""
+
+    def __init__(self, folder, holder: str):
+        self.folder = Path(folder)
+        self.holder = holder
+        who = holder or "another process"
+        super().__init__(f"{self.folder} is in use by {who}; wait for it to finish or pass --wait")
+
+
+LOCK_NAME = ".lock"
+
+
+class folder_lock:
+    """Exclusive lock on an output folder: one writer at a time, held for the ``with`` block.
+
+    ``with folder_lock(out): ...`` creates ``out`` if needed and takes an exclusive ``fcntl.flock`` on
+    ``out/.lock``; the file then holds ``"pid PID on HOST"``. A second process gets :class:`FolderBusyError`
+    naming that holder, or with ``wait=True`` blocks until the holder is done. The kernel drops the lock when
+    its holder exits or dies (even by SIGKILL), so a stale lock file from a dead process never blocks. The
+    lock is per open file description: taking it twice in one process also refuses, by design.
+
+    Written on ``fcntl`` rather than the ``filelock`` package because ``filelock`` opens the lock file with
+    ``O_TRUNC`` on every attempt, which would erase the holder's PID and host before the refusal could name
+    them. Where ``fcntl`` does not exist (Windows), ``msvcrt.locking`` on the file's first byte is used.
+    Not reliable on network file systems without lock support (as any ``flock``).
+    """
+
+    def __init__(self, folder, *, wait: bool = False):
+        self.folder = Path(folder)
+        self.wait = bool(wait)
+        self._fd = None
+
+    def __enter__(self) -> "folder_lock":
+        import socket
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / LOCK_NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            _lock_fd(fd, self.wait)
+        except BlockingIOError:
+            holder = os.pread(fd, 256, 0).decode("utf-8", "replace").strip()
+            os.close(fd)
+            raise FolderBusyError(self.folder, holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Drop the lock (idempotent). The lock file stays; its content no longer names a live holder."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.ftruncate(fd, 0)
+            finally:
+                os.close(fd)  # closing the descriptor releases the flock
+
+
+def _lock_fd(fd: int, wait: bool) -> None:
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        import msvcrt
+
+        mode = msvcrt.LK_LOCK if wait else msvcrt.LK_NBLCK
+        while True:
+            try:
+                msvcrt.locking(fd, mode, 1)
+                return
+            except OSError as err:
+                if not wait:
+                    raise BlockingIOError(str(err)) from None
+    fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
