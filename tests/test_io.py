@@ -20,47 +20,45 @@ _HOLDER = textwrap.dedent("""
 """)
 
 
-def _start_holder(folder):
-    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(folder)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "locked"
-    return proc
-
-
-def test_second_writer_is_refused_naming_the_holder(tmp_path):
-    proc = _start_holder(tmp_path)
+@pytest.fixture
+def holder(tmp_path):
+    """A live process holding ``tmp_path``'s lock; killed and reaped after the test."""
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
-        with pytest.raises(poolsim.FolderBusyError) as err:
-            with poolsim.folder_lock(tmp_path):
-                pass
-        assert err.value.holder == f"pid {proc.pid} on {socket.gethostname()}"
-        assert f"pid {proc.pid}" in str(err.value) and "--wait" in str(err.value)
+        assert proc.stdout.readline().strip() == "locked"
+        yield proc
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
 
 
-def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
-    proc = _start_holder(tmp_path)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert (tmp_path / ".lock").read_text().startswith(f"pid {proc.pid}")  # the dead holder's file is still there
+def test_second_writer_is_refused_naming_the_holder(tmp_path, holder):
+    with pytest.raises(poolsim.FolderBusyError) as err:
+        with poolsim.folder_lock(tmp_path):
+            pass
+    assert err.value.holder == f"pid {holder.pid} on {socket.gethostname()}"
+    assert f"pid {holder.pid}" in str(err.value) and "--wait" in str(err.value)
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path, holder):
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert (tmp_path / ".lock").read_text().startswith(f"pid {holder.pid}")  # the dead holder's file is still there
     with poolsim.folder_lock(tmp_path):
         assert (tmp_path / ".lock").read_text().startswith(f"pid {os.getpid()} ")
 
 
-def test_wait_blocks_until_the_holder_is_done(tmp_path):
-    proc = _start_holder(tmp_path)
-    killer = subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep(1.0); os.kill({proc.pid}, 9)"])
+def test_wait_blocks_until_the_holder_is_done(tmp_path, holder):
+    killer = subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep(1.0); os.kill({holder.pid}, 9)"])
     try:
         t0 = time.monotonic()
         with poolsim.folder_lock(tmp_path, wait=True):
             waited = time.monotonic() - t0
-        assert proc.poll() is not None  # the lock came only after the holder died
+            assert holder.wait(timeout=5) == -signal.SIGKILL  # the lock came only once the holder was dead
         assert waited > 0.5
     finally:
         killer.wait()
-        proc.kill()
-        proc.wait()
 
 
 def test_release_lets_the_next_writer_in_and_clears_the_holder(tmp_path):
