@@ -6,6 +6,7 @@ session; it executes the tutorials, so it needs the ``adsim`` extra too."""
 import html.parser
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -103,8 +104,10 @@ def test_site_builds_strict_with_every_page(site):
     # the tutorials ran: their printed output is on the pages
     assert "strategy: match" in (site / "tutorials" / "pool-or-match" / "index.html").read_text()
     assert "exit status: 0" in (site / "tutorials" / "reproduce-a-figure" / "index.html").read_text()
-    scans = (site / "tutorials" / "own-scans" / "index.html").read_text()
-    assert "volume" in scans and "RANDOM weights" in scans
+    # the DICOM series: three images and one volume row; the NIfTI volume: 25 axial slices and one volume row
+    scans = html.unescape((site / "tutorials" / "own-scans" / "index.html").read_text())
+    assert len(re.findall(r"IM000[123]\.dcm\s+image\s", scans)) == 3 and re.search(r"\[series 1\]\s+volume", scans)
+    assert re.search(r"slice\s+25\s+volume\s+1", scans)
     assert "registered" in (site / "tutorials" / "plugins" / "index.html").read_text()
 
 
