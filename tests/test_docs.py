@@ -179,6 +179,7 @@ def test_pages_render_in_chromium(site, tmp_path, page, min_images):
     assert probe["images"] >= min_images and probe["loaded"] == probe["images"], probe
 
 
+@pytest.mark.slow
 def test_strict_build_fails_on_a_broken_reference_or_a_raising_tutorial(tmp_path):
     """The plugins as configured turn both into build failures (a small site with the same plugins)."""
     pytest.importorskip("mkdocs", reason="the docs builder is in the test extra")
