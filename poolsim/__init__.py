@@ -31,7 +31,7 @@ from ._verdict import decide as decide_claim
 
 __version__ = "0.1.0"
 __all__ = [
-    "FolderBusyError", "Matched", "MultiMatched", "Pooled", "Subsampled", "Verdict", "atomic_write",
-    "atomic_write_text", "cache_dir", "core", "da_score", "decide_claim", "flows", "folder_lock", "match",
+    "Advice", "FolderBusyError", "Matched", "MultiMatched", "Pooled", "Subsampled", "Verdict", "atomic_write",
+    "advise", "atomic_write_text", "cache_dir", "core", "da_score", "decide_claim", "flows", "folder_lock", "match",
     "match_multimodal", "metadist", "naive_pool", "subsample", "theory", "verdict",
 ]

@@ -22,9 +22,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-HOLDS, DOES_NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+HOLDS = "holds"
+"""The whole interval lies on the claimed side of the threshold."""
+DOES_NOT_HOLD = "does not hold"
+"""The whole interval lies on the other side of the threshold."""
+INCONCLUSIVE = "inconclusive"
+"""The interval contains the threshold, or there are fewer than :data:`MIN_SEEDS` seeds."""
 OUTCOMES = (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE)
-MIN_SEEDS = 30  # fewer paired seeds than this: "inconclusive", no interval
+"""The three verdicts."""
+MIN_SEEDS = 30
+"""Fewest paired seeds for an interval; with fewer a claim is ``inconclusive`` and no interval is given."""
 LEVEL = 0.95
 SIDES = ("greater", "less")
 

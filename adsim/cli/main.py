@@ -375,6 +375,7 @@ def _make_toy(args) -> int:
 
 
 def main(argv=None) -> int:
+    """``python -m adsim`` with the arguments ``argv`` (default: the process's); returns the exit status."""
     args = _parser().parse_args(argv)
     if args.command == "make-toy-bmad":
         return _make_toy(args)

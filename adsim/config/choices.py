@@ -15,16 +15,24 @@ BACKBONES = {
     "ViT-L-14": ("ViT-L-14", 224),
     "ViT-L-14-336": ("ViT-L-14-336", 238),
 }
+"""``--backbone`` names -> ``(open_clip config name, default image size in pixels)``."""
 # image score / pixel map of the adapter head (adsim.model.head explains each)
 SCORES = ("logit_max", "logit_mean", "authors_prob_mean")
+"""How the adapter head turns patch logits into an image score (``--score``; ``adsim.model.head.image_scores``)."""
 DEFAULT_SCORE = "logit_max"
+"""The image score used when a recipe does not name one."""
 # torch.compile modes of the training step (adsim.training.compiled_step; a test checks they agree)
 MODES = ("auto", "default", "reduce-overhead")
+"""``torch.compile`` modes of the compiled training step."""
 # what --compile accepts: a mode, "cuda" (the default: reduce-overhead on a CUDA device in one process,
 # else eager) or "off" (eager)
 COMPILE_CHOICES = (*MODES, "cuda", "off")
+"""What ``--compile`` accepts: a :data:`MODES` entry, ``"cuda"`` or ``"off"``."""
 DEFAULT_COMPILE = "cuda"
+"""``--compile``'s default: CUDA graphs on one CUDA device, eager elsewhere."""
 # the matching core's metrics (poolsim's METRICS; a test checks they agree)
 METRICS = ("l2", "cosine", "geodesic")
+"""Distances of the matching gate (``poolsim.core.METRICS``)."""
 # the built-in training-free methods (adsim.methods.baselines registers them; a test checks they agree)
 ZERO_SHOT_METHODS = ("winclip",)
+"""Built-in training-free methods (``predict --zero-shot NAME``); plugins add more at run time."""

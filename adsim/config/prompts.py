@@ -1,7 +1,8 @@
 """The text prompts: the project's medical ensemble and the MVFA/WinCLIP object ensemble, as plain strings."""
 from __future__ import annotations
 
-PROMPT_SETS = ("medical", "mvfa_object", "adaclip_object")  # the recipe field ``prompts``
+PROMPT_SETS = ("medical", "mvfa_object", "adaclip_object")
+"""The prompt ensembles a recipe's ``prompts`` field may name."""
 
 # Prompt ensemble (ours): state phrases x templates, object-agnostic so that one text embedding pair
 # serves every modality and the target's name is never needed.

@@ -53,6 +53,7 @@ CHOICES = {
     "scoring": SCORES,
     "protocol_mode": ("cumulative", "sequential"),
 }
+"""Allowed values of every categorical recipe field: ``field -> tuple of values``."""
 # Values a field may name but this build cannot run yet: (field, value) -> why.
 NOT_IMPLEMENTED = {
     ("update", "slerp_delta"): "the authors' Delta-weighted slerp (train_zero_da.py:64-70) is not implemented; "
@@ -113,6 +114,7 @@ class Recipe:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(Recipe))
+"""Every field of :class:`Recipe`, in declaration order (what ``--set FIELD=VALUE`` may name)."""
 
 RECIPES = {
     # Algorithm 1 read literally. Loss weights: the paper gives none ("selected via extensive
@@ -188,6 +190,7 @@ RECIPES = {
         beta_focal=1.0, beta_bce=1.0, lambda_intra=1.0, lambda_inter=0.0, lambda_var=0.0, cls_only_pixel_loss="none",
         select="last", smooth_sigma=0.0, protocol_mode="cumulative"),
 }
+"""The named recipes, ``paper`` / ``authors`` / ``clean`` and the baselines' (``--recipe NAME``; docs/recipes.md)."""
 
 
 def names() -> tuple:

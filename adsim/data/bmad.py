@@ -25,9 +25,12 @@ def simulated(root) -> bool:
 
 # what a split folder may hold: PIL's formats (8- and 16-bit) and single-frame DICOM files
 IMAGE_EXT = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", *medical.DICOM_SUFFIXES)
+"""File suffixes a split folder is read for (lower case)."""
 
 
 class Sample(NamedTuple):
+    """One image of a BMAD split: its file, ``label`` (0 normal, 1 anomalous), its pixel mask file (``None``
+    for normal images and domains without masks) and its domain."""
     image: Path
     label: int          # 0 normal (good), 1 anomalous (Ungood)
     mask: Path | None   # pixel mask (Ungood of a masked domain only)
@@ -100,6 +103,7 @@ def preprocess_array(pixels: np.ndarray, size: int, *, clip_norm: bool = True) -
 # what reading a file that is not a readable image raises (adsim.data.medical.UnreadableInput is a
 # ValueError; PIL raises OSError, SyntaxError, EOFError or its DecompressionBombError)
 UNREADABLE = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
+"""The exceptions that mean "not a readable image" (caught per file by ``predict``)."""
 
 
 def load_image(src, size: int, *, clip_norm: bool = True) -> tuple:

@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 DOMAINS = ("Brain", "Liver", "Retina_RESC", "Retina_OCT2017", "Chest", "Histopathology")
-MASKED = ("Brain", "Liver", "Retina_RESC")  # the domains with pixel masks (AS is evaluated)
+"""The six BMAD domains, by their folder stems (``DIR/<domain>_AD/``)."""
+MASKED = ("Brain", "Liver", "Retina_RESC")
+"""The domains with pixel masks, where pixel-level AUC (task ``AS``) is evaluated."""
 SPLITS = ("valid", "test")
+"""The evaluation splits of a BMAD domain folder."""
 ALIASES = {"brainmri": "Brain", "liverct": "Liver", "resc": "Retina_RESC",
            "oct17": "Retina_OCT2017", "oct2017": "Retina_OCT2017", "chestxray": "Chest",
            "his": "Histopathology"}
-TASKS = ("AC", "AS")  # image-level anomaly AUC everywhere; pixel-level where the domain has masks (MASKED)
+"""Other spellings of the domains (lower case, no separators) -> canonical name (:func:`canonical_domain`)."""
+TASKS = ("AC", "AS")
+"""``AC``: image-level anomaly AUC (every domain); ``AS``: pixel-level AUC (the :data:`MASKED` domains)."""
 
 
 def canonical_domain(name: str) -> str:
@@ -26,3 +31,4 @@ def canonical_domain(name: str) -> str:
 # written by ``make-toy-bmad`` at the data root; ``adsim.data.bmad.simulated`` reads it (here, below bmad's
 # torch and open_clip imports, so that writing toy data loads neither)
 SIMULATED_MARKER = "SIMULATED_TOY_DATA.txt"
+"""File name that marks a data root as SIMULATED toy data (``adsim.data.bmad.simulated``)."""

@@ -51,8 +51,10 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image
 
-MAX_PIXELS = 2 ** 26   # one 2-D picture (8192 x 8192); PIL's own bomb limit is about 89 M pixels
-MAX_VOXELS = 2 ** 28   # one volume or multi-frame file (1 GiB as float32), e.g. 512 x 512 x 1024
+MAX_PIXELS = 2 ** 26   # PIL's own bomb limit is about 89 M pixels
+"""Largest 2-D picture read (8192 x 8192 pixels); a larger one is refused as unreadable."""
+MAX_VOXELS = 2 ** 28
+"""Largest volume or multi-frame file read (1 GiB as float32, e.g. 512 x 512 x 1024 voxels)."""
 PERCENTILES = (0.5, 99.5)
 AXES = ("axial", "coronal", "sagittal")
 _AXIS_CODES = {"axial": "SI", "coronal": "AP", "sagittal": "LR"}

@@ -5,6 +5,8 @@ from typing import NamedTuple
 
 
 class SimParams(NamedTuple):
+    """Parameters of the feature-level simulator (``adsim.data.sim.simulate``): token and embedding sizes,
+    the patch grid and the heterogeneity of the SIMULATED modalities; each field's comment says its role."""
     width: int = 32                 # W: frozen token dimension (adapter input)
     embed_dim: int = 16             # E: adapter bottleneck = text embedding dimension (>= class_channels)
     class_channels: int = 8         # C: channels carrying the anomaly shift (>= 7 with couple_anomalies)

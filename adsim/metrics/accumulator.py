@@ -70,7 +70,9 @@ from sklearn.metrics import average_precision_score, precision_recall_curve, roc
 from adsim.metrics.functional import smooth
 
 DEFAULT_BINS = 1 << 16
+"""Score-histogram bins of the streaming pixel metrics (:class:`Accumulator`)."""
 FPR_LIMIT = 0.3
+"""False-positive rate up to which AUPRO integrates the per-region overlap."""
 # 8-connectivity inside each image, none across the batch axis: one label() call per batch
 _REGIONS = np.zeros((3, 3, 3), dtype=int)
 _REGIONS[1] = 1

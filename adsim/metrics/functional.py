@@ -9,6 +9,8 @@ from sklearn.metrics import roc_auc_score
 
 
 def auc_percent(labels, scores) -> float:
+    """ROC AUC in percent of ``scores`` (any shape) against 0/1 ``labels`` (same size); one class only ->
+    ``ValueError``."""
     labels = np.asarray(labels).ravel()
     if len(np.unique(labels)) < 2:
         raise ValueError("AUC undefined: the labels contain one class only")
@@ -16,12 +18,14 @@ def auc_percent(labels, scores) -> float:
 
 
 def check_sigma(sigma: float) -> float:
+    """``sigma`` if it is a finite number >= 0 (a map-smoothing width in pixels), else ``ValueError``."""
     if sigma < 0 or not math.isfinite(sigma):
         raise ValueError(f"smoothing sigma must be a finite number >= 0, got {sigma!r}")
     return sigma
 
 
 def smooth(maps: np.ndarray, sigma: float) -> np.ndarray:
+    """Each map of ``maps: (B, H, W)`` blurred by a Gaussian of width ``sigma`` pixels (0: unchanged)."""
     if check_sigma(sigma) == 0:
         return maps
     return np.stack([gaussian_filter(m, sigma=sigma) for m in maps])

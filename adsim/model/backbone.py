@@ -36,6 +36,9 @@ class RandomWeightsWarning(UserWarning):
 
 
 class BackboneSpec(NamedTuple):
+    """A backbone's geometry: input ``image_size`` and ``patch_size`` (pixels), ``grid`` patches per side,
+    transformer ``width``, joint image-text ``embed_dim``, ``layers`` blocks, the blocks after which
+    adapters sit, and whether pretrained weights were loaded."""
     name: str
     image_size: int
     patch_size: int
@@ -48,6 +51,7 @@ class BackboneSpec(NamedTuple):
 
 
 class Backbone(NamedTuple):
+    """A frozen open_clip model in eval mode, its tokenizer and its :class:`BackboneSpec`."""
     model: torch.nn.Module  # open_clip CLIP, frozen, eval mode
     tokenizer: object
     spec: BackboneSpec

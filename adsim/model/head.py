@@ -94,6 +94,9 @@ class VACA(nn.Module):
 
 
 class Features(NamedTuple):
+    """What the adapter head computes for ``B`` images, per adapter layer ``L``: unit features ``(B, N, E)``
+    of the segmentation and detection branches, their patch logits ``(B, N)``, the image logits ``(L, B)``,
+    VACA's summed variance and the detection features before VACA."""
     seg: list         # L x (B, N, E) unit seg features (after VACA when on)
     det: list         # L x (B, N, E) unit det features
     seg_logits: list  # L x (B, N) patch anomaly logits

@@ -57,6 +57,8 @@ UPDATES = ("ema", "slerp")
 
 
 class Matched(NamedTuple):
+    """One matching step: the normal and anomaly centroids ``(d,)`` after the update, which of the ``n``
+    features each gate accepted (0/1, ``(n,)``), and whether each centroid is initialised."""
     c_pos: torch.Tensor    # (d,) normal centroid after the update (carries grad)
     c_neg: torch.Tensor    # (d,) anomaly centroid after the update
     acc_pos: torch.Tensor  # (n,) 0/1: feature matched to the normal centroid (S+)

@@ -4,9 +4,12 @@ from __future__ import annotations
 import torch
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+"""What ``--precision`` accepts (``auto``: bf16 autocast on CUDA, fp32 elsewhere)."""
 
 
 def resolve_device(device: str) -> torch.device:
+    """``"auto"`` -> CUDA if available else CPU; any other torch device string as given (``cuda`` without a
+    GPU -> ``ValueError``)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():

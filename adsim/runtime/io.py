@@ -23,6 +23,7 @@ from poolsim import atomic_write
 
 
 def write_json(path, obj) -> Path:
+    """Write ``obj`` as indented, key-sorted JSON to ``path`` atomically; returns the path."""
     return atomic_write(path, lambda fh: fh.write(json.dumps(obj, indent=2, sort_keys=True).encode()))
 
 

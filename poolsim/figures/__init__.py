@@ -16,7 +16,9 @@ from types import ModuleType
 
 FIGURES = ("synthetic_intro", "asymptotic", "symmetric", "domain_addition", "baselines",
            "flow_bridge", "multimodal")
-OPTIONAL = ("phase",)  # the decision map: ~2 min of Monte Carlo, not in the default run
+"""The figures ``python -m poolsim.figures`` makes by default, in order."""
+OPTIONAL = ("phase",)
+"""Figures made only by ``--only NAME`` or ``--all`` (the decision map: minutes of Monte Carlo)."""
 
 
 def available() -> tuple[str, ...]:

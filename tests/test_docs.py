@@ -1,0 +1,207 @@
+"""The documentation site: every public name documented, a strict build (broken references, tutorials that
+raise, missing docstrings fail it), nothing fetched from other hosts, and the pages rendered by a real browser.
+
+The build runs ``mkdocs build --strict`` as a user would (a subprocess, from the repository root), once per
+session; it executes the tutorials, so it needs the ``adsim`` extra too."""
+import html.parser
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = ROOT / "docs" / "tools"
+# the Material theme and a plugin print a banner about MkDocs' future on every build; these turn it off
+QUIET = {"NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
+
+
+def _public_api():
+    pytest.importorskip("griffe", reason="the docs tools are in the test extra")
+    sys.path.insert(0, str(TOOLS))
+    try:
+        import public_api
+    finally:
+        sys.path.remove(str(TOOLS))
+    return public_api
+
+
+def _mkdocs(config: Path, site: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, **QUIET, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+                          cwd=config.parent, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_every_public_name_has_a_docstring():
+    """Every name in the ``__all__`` of a public module of poolsim and adsim (adsim's lazy ``__all__`` read at
+    run time), and every public module, has a docstring where it is defined."""
+    pytest.importorskip("torch", reason="adsim's modules need the adsim extra")
+    api = _public_api()
+    collection = api.load_griffe(str(ROOT))
+    names = api.public_names(collection)
+    # the enumeration reaches what users call: the two packages' headline names and a lazy export's definition
+    by_public = {n.public: n.canonical for n in names}
+    assert by_public["poolsim.match"] == "poolsim._strategies.match"
+    assert by_public["poolsim.advise"] == "poolsim._advise.advise"
+    assert by_public["adsim.Detector"] == "adsim.inference.detector.Detector"
+    assert by_public["adsim.config.BACKBONES"] == "adsim.config.choices.BACKBONES"
+    assert {"poolsim.core", "poolsim.verdict", "adsim.methods.registry"} <= {n.public for n in names
+                                                                            if n.kind == "module"}
+    assert api.undocumented(collection) == []
+
+
+def test_undocumented_names_are_found(tmp_path):
+    """The docstring check sees a missing docstring: a function, a constant and a lazy (lazy_loader) export."""
+    pytest.importorskip("lazy_loader")
+    api = _public_api()
+    pkg = tmp_path / "adsim_probe"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('"""Probe."""\n__all__ = ["documented", "bare", "LIMIT", "sub"]\n'
+                                     'from . import sub\n'
+                                     'def documented():\n    """Has one."""\n'
+                                     'def bare():\n    pass\n'
+                                     'LIMIT = 3\n')
+    (pkg / "sub" / "__init__.py").write_text('"""Lazy."""\nimport lazy_loader\n__getattr__, __dir__, __all__ = '
+                                             'lazy_loader.attach(__name__, submod_attrs={"impl": ["hidden"]})\n')
+    (pkg / "sub" / "impl.py").write_text('"""Impl."""\ndef hidden():\n    return 1\n')
+    sys.path.insert(0, str(tmp_path))
+    old = api.PACKAGES
+    try:
+        api.PACKAGES = ("adsim_probe",)
+        missing = api.undocumented(api.load_griffe(str(tmp_path)))
+    finally:
+        api.PACKAGES = old
+        sys.path.remove(str(tmp_path))
+        for name in [m for m in sys.modules if m.startswith("adsim_probe")]:
+            del sys.modules[name]
+    assert missing == ["adsim_probe.bare (adsim_probe.bare)", "adsim_probe.LIMIT (adsim_probe.LIMIT)",
+                       "adsim_probe.sub.hidden (adsim_probe.sub.impl.hidden)"]
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory):
+    pytest.importorskip("mkdocs", reason="the docs builder is in the test extra")
+    pytest.importorskip("torch", reason="the tutorials run adsim: the adsim extra")
+    out = tmp_path_factory.mktemp("site")
+    done = _mkdocs(ROOT / "mkdocs.yml", out)
+    assert done.returncode == 0, done.stderr[-6000:]
+    return out
+
+
+@pytest.mark.slow
+def test_site_builds_strict_with_every_page(site):
+    api = _public_api()
+    for module in api.public_modules():
+        assert (site / "api" / module / "index.html").is_file(), module
+    cli = (site / "cli" / "index.html").read_text()
+    for command in ("python -m poolsim.figures", "python -m poolsim.audit", "python -m adsim predict",
+                    "python -m adsim train", "--zero-shot", "--slice-axis"):
+        assert command in cli, command
+    # the tutorials ran: their printed output is on the pages
+    assert "strategy: match" in (site / "tutorials" / "pool-or-match" / "index.html").read_text()
+    assert "exit status: 0" in (site / "tutorials" / "reproduce-a-figure" / "index.html").read_text()
+    # the DICOM series: three images and one volume row; the NIfTI volume: 25 axial slices and one volume row
+    scans = html.unescape((site / "tutorials" / "own-scans" / "index.html").read_text())
+    assert len(re.findall(r"IM000[123]\.dcm\s+image\s", scans)) == 3 and re.search(r"\[series 1\]\s+volume", scans)
+    assert re.search(r"slice\s+25\s+volume\s+1", scans)
+    assert "registered" in (site / "tutorials" / "plugins" / "index.html").read_text()
+
+
+class _Resources(html.parser.HTMLParser):
+    """Every URL the browser would fetch by itself: src of any tag, href of <link>, srcset."""
+
+    def __init__(self):
+        super().__init__()
+        self.urls = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        for key in ("src", "srcset", "data") + (("href",) if tag == "link" else ()):
+            if attrs.get(key):
+                self.urls.append((tag, attrs[key]))
+
+
+@pytest.mark.slow
+def test_site_fetches_nothing_from_other_hosts(site):
+    """No web fonts, scripts, styles or images from another host: the site works offline (links are fine)."""
+    external = []
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 20
+    for page in pages:
+        found = _Resources()
+        found.feed(page.read_text())
+        external += [(page.relative_to(site), tag, url) for tag, url in found.urls
+                     if url.split(":", 1)[0].lower() in ("http", "https") or url.startswith("//")]
+    for css in site.rglob("*.css"):
+        text = css.read_text()
+        external += [(css.relative_to(site), "css", "url(http") for _ in range(text.count("url(http"))]
+        external += [(css.relative_to(site), "css", "@import") for _ in range(text.count("@import"))]
+    assert external == []
+
+
+# Appended to a copy of a page: after load, writes what rendered into the DOM that --dump-dom prints.
+_PROBE = """<script>window.addEventListener("load", () => {
+  const imgs = [...document.images], header = document.querySelector(".md-header");
+  const r = {images: imgs.length, loaded: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
+             header: header ? getComputedStyle(header).position : "",
+             text: (document.querySelector("article") || document.body).innerText.length};
+  const pre = document.createElement("pre"); pre.id = "render-probe"; pre.textContent = JSON.stringify(r);
+  document.body.appendChild(pre);
+});</script>"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page, min_images", [("index.html", 1), ("api/poolsim/index.html", 0),
+                                              ("tutorials/reproduce-a-figure/index.html", 1),
+                                              ("tutorials/own-scans/index.html", 1)])
+def test_pages_render_in_chromium(site, tmp_path, page, min_images):
+    """Headless Chromium loads the page from disk: the theme's CSS applies (Material's sticky header), the
+    article has text, and every image -- the figures -- decoded (naturalWidth > 0)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it): the rendering is not checked")
+    copy = tmp_path / "site"
+    shutil.copytree(site, copy)
+    target = copy / page
+    target.write_text(target.read_text().replace("</body>", _PROBE + "</body>"))
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1200,900",
+             "--virtual-time-budget=10000"]
+    dom = subprocess.run([*flags, "--dump-dom", target.as_uri()], capture_output=True, text=True, timeout=120)
+    start = dom.stdout.find('<pre id="render-probe">')
+    assert start >= 0, dom.stderr[-2000:]
+    probe = json.loads(html.unescape(dom.stdout[start:].split(">", 1)[1].split("</pre>", 1)[0]))
+    assert probe["header"] == "sticky", probe
+    assert probe["text"] > 200, probe
+    assert probe["images"] >= min_images and probe["loaded"] == probe["images"], probe
+
+
+@pytest.mark.slow
+def test_strict_build_fails_on_a_broken_reference_or_a_raising_tutorial(tmp_path):
+    """The plugins as configured turn both into build failures (a small site with the same plugins)."""
+    pytest.importorskip("mkdocs", reason="the docs builder is in the test extra")
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    config["plugins"] = [p for p in config["plugins"] if not (isinstance(p, dict) and {"gen-files", "literate-nav"}
+                                                              & set(p))]
+    config["nav"] = ["index.md"]
+    config.pop("exclude_docs", None)
+    handler = config["plugins"][-1]["mkdocstrings"]["handlers"]["python"]
+    handler["paths"] = [str(ROOT)]
+    handler["options"]["extensions"] = [f"{TOOLS / 'griffe_docstrings.py'}:ProjectDocstrings"]
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))
+    pages = {"good": "See [`poolsim.da_score`][poolsim.da_score].\n\n::: poolsim.da_score\n",
+             "broken": "See [`poolsim.nothing`][poolsim.nothing].\n\n::: poolsim.da_score\n",
+             "raises": "```python exec=\"on\"\nraise ValueError('a tutorial that fails')\n```\n"}
+    results = {}
+    for name, text in pages.items():
+        (tmp_path / "docs" / "index.md").write_text(text)
+        results[name] = _mkdocs(tmp_path / "mkdocs.yml", tmp_path / f"site_{name}", timeout=300)
+    assert results["good"].returncode == 0, results["good"].stderr[-3000:]
+    assert results["broken"].returncode != 0 and "poolsim.nothing" in results["broken"].stderr
+    assert results["raises"].returncode != 0 and "a tutorial that fails" in results["raises"].stderr
