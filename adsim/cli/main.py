@@ -383,8 +383,7 @@ def main(argv=None) -> int:
     # torch and the command's code load here, after parsing (``--help`` never gets this far)
     from adsim.runtime import distributed
     from adsim.runtime.files import check_writable
-    from poolsim import FolderBusyError
-    from poolsim.cluster import GridFailed
+    from poolsim import FolderBusyError, cluster
 
     try:
         if args.command in ("train", "eval"):  # torchrun: join the process group (no-op otherwise)
@@ -437,7 +436,7 @@ def main(argv=None) -> int:
     except FolderBusyError as err:  # another driver writes --out: one line naming its PID and host
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except GridFailed as err:  # cells that failed as jobs: one line each, with its log
+    except cluster.GridFailed as err:  # cells that failed as jobs: one line each, with its log
         print(f"error: {err}", file=sys.stderr)
         return 1
     except OSError as err:  # e.g. a disk that fills during the run: one line, never a traceback
