@@ -5,6 +5,7 @@ Reproduces and tests "Beyond Pooling: Matching for Robust Generalization under D
 array-API matching core (distances, gate, centroid updates) that ``adsim`` runs on torch tensors, and
 ``poolsim.verdict`` the one verdict rule.
 """
+from . import _cluster as cluster
 from . import _core as core
 from . import _verdict as verdict
 from . import flows as flows
@@ -31,7 +32,8 @@ from ._verdict import decide as decide_claim
 
 __version__ = "0.1.0"
 __all__ = [
-    "Advice", "FolderBusyError", "Matched", "MultiMatched", "Pooled", "Subsampled", "Verdict", "atomic_write",
-    "advise", "atomic_write_text", "cache_dir", "core", "da_score", "decide_claim", "flows", "folder_lock", "match",
+    "Advice", "FolderBusyError", "Matched", "MultiMatched", "Pooled", "Subsampled", "Verdict", "advise",
+    "atomic_write", "atomic_write_text", "cache_dir", "cluster", "core", "da_score", "decide_claim", "flows",
+    "folder_lock", "match",
     "match_multimodal", "metadist", "naive_pool", "subsample", "theory", "verdict",
 ]

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _engine, _rng
+from . import _cluster, _engine, _rng
 
 LAWS = ("contaminated", "outlier_schedule")
 SHARE_DENOM = 36  # outlier_schedule shares are j / 36 (1/3 = 12/36 is the paper's "every third")
@@ -319,13 +319,44 @@ def aux_names(spec: GridSpec) -> tuple:
             + tuple(f"matched domains, {r}" for r in RULES))
 
 
+def _parts(spec: GridSpec, shares, shifts, seeds: np.ndarray, chunk: int, progress=None) -> list:
+    """Per chunk of ``seeds``: the compiled program's ``[sums, gram, aux]`` (float64), in seed order."""
+    # the traced parameters are left out of the compiled program's cache key
+    fn = _compiled(spec._replace(taus=len(spec.taus), sigma=None, gamma=None))
+    dt = jnp.float32
+    traced = (jnp.asarray(spec.taus, dt), jnp.asarray(spec.sigma, dt), jnp.asarray(spec.gamma, dt))
+    sh, sf = jnp.asarray(shares, jnp.float32), jnp.asarray(shifts, jnp.float32)
+    parts = []
+    for start in range(0, len(seeds), chunk):
+        block = seeds[start:start + chunk]
+        padded = np.concatenate([block, np.full(chunk - len(block), block[-1])])
+        keys = jax.vmap(_rng.fast_key)(jnp.asarray(padded, dtype=jnp.uint32))
+        weight = jnp.asarray(np.arange(chunk) < len(block), jnp.float32)
+        parts.append([np.asarray(t, np.float64) for t in fn(keys, weight, sh, sf, *traced)])
+        if progress is not None:
+            progress(len(block))
+    return parts
+
+
+def _job_parts(x64: bool, *args) -> list:
+    """:func:`_parts` in a scheduler job, under the driver's ``jax_enable_x64`` (a fresh process has
+    its own default, and the program's dtypes follow it)."""
+    jax.config.update("jax_enable_x64", x64)
+    return _parts(*args)
+
+
 def run_grid(spec: GridSpec, shares, shifts, *, seeds: int | np.ndarray, chunk: int = 16,
-             progress: Callable[[int], None] | None = None) -> Moments:
+             progress: Callable[[int], None] | None = None, resources=None, jobs_dir=None) -> Moments:
     """The map's statistics for every cell: ``Moments`` with ``sums (n_n, n_K, P, A, V)``, ``gram
     (n_n, n_K, P, A, V, V)``, ``aux (n_n, n_K, P, A, Aux)`` over seeds ``0..seeds-1`` (or the
     given seeds). Seed s uses ``jax.random.key(s)``'s stream (through the engine's fast key), so
     a seed's values do not depend on the chunking. ``chunk`` seeds per call of the compiled
-    program (one compile per ``spec``, grid size and chunk)."""
+    program (one compile per ``spec``, grid size and chunk).
+
+    ``resources`` (:class:`poolsim.cluster.Resources`, executor ``processes`` or ``slurm``): the seeds
+    are split into ``max_concurrent`` blocks of whole chunks, each a scheduler job (its own process and
+    compile; logs under ``jobs_dir``, a folder every job can reach), and the chunks' sums are added in the
+    same order as here: the same ``Moments``, bit for bit."""
     shares, shifts = _check_grid(spec.law, shares, shifts)
     taus = np.asarray(spec.taus, float)
     if taus.size == 0 or not np.all(np.isfinite(taus)) or taus.min() <= 0:
@@ -345,21 +376,26 @@ def run_grid(spec: GridSpec, shares, shifts, *, seeds: int | np.ndarray, chunk: 
     seeds = np.asarray(seeds, np.int64)
     if chunk < 1:
         raise ValueError(f"chunk must be a positive integer, got {chunk}")
-    # the traced parameters are left out of the compiled program's cache key
-    fn = _compiled(spec._replace(taus=len(spec.taus), sigma=None, gamma=None))
-    dt = jnp.float32
-    traced = (jnp.asarray(spec.taus, dt), jnp.asarray(spec.sigma, dt), jnp.asarray(spec.gamma, dt))
-    sh, sf = jnp.asarray(shares, jnp.float32), jnp.asarray(shifts, jnp.float32)
-    tot = None
-    for start in range(0, len(seeds), chunk):
-        block = seeds[start:start + chunk]
-        padded = np.concatenate([block, np.full(chunk - len(block), block[-1])])
-        keys = jax.vmap(_rng.fast_key)(jnp.asarray(padded, dtype=jnp.uint32))
-        weight = jnp.asarray(np.arange(chunk) < len(block), jnp.float32)
-        part = [np.asarray(t, np.float64) for t in fn(keys, weight, sh, sf, *traced)]
-        tot = part if tot is None else [a + b for a, b in zip(tot, part)]
+    if resources is not None and resources.executor != "local" and jobs_dir is None:
+        raise ValueError("jobs_dir: give a folder for the jobs' logs (shared by every node under slurm)")
+    if resources is not None and resources.executor != "local":
+        # seed blocks as scheduler jobs; each returns its chunks' parts, summed below in seed order
+        n_chunks = -(-len(seeds) // chunk)
+        per = chunk * -(-n_chunks // resources.max_concurrent)
+        x64 = bool(jax.config.jax_enable_x64)
+        jobs = [_cluster.Job(f"seeds_{i}", _job_parts, (x64, spec, shares, shifts, seeds[i:i + per], chunk))
+                for i in range(0, len(seeds), per)]
+        outcome = _cluster.run_jobs(jobs_dir, jobs, resources, progress=False, desc="decision map seed blocks")
+        if outcome.failed:
+            raise _cluster.GridFailed(outcome.failed)
+        parts = [p for j in jobs for p in outcome.results[j.name]]
         if progress is not None:
-            progress(len(block))
+            progress(len(seeds))
+    else:
+        parts = _parts(spec, shares, shifts, seeds, chunk, progress)
+    tot = None
+    for part in parts:
+        tot = part if tot is None else [a + b for a, b in zip(tot, part)]
     tot_s, tot_g, tot_a = tot
     n = len(seeds)
     sums = np.moveaxis(tot_s, 2, -1)  # (nn, nK, P, A, V)

@@ -12,6 +12,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from adsim.cli import cluster as cluster_cli
 from adsim.cli import protocol as protocol_cli
 from adsim.config import recipes
 from adsim.config.choices import BACKBONES, COMPILE_CHOICES, DEFAULT_COMPILE, METRICS, SCORES, ZERO_SHOT_METHODS
@@ -171,6 +172,7 @@ def _table_parser(sub) -> None:
     tb.add_argument("--batch-size", type=int, default=16)
     tb.add_argument("--device", default="auto")
     tb.add_argument("--no-progress", dest="progress", action="store_false")
+    cluster_cli.add_args(tb)
 
 
 def _dist_args(p) -> None:
@@ -382,6 +384,7 @@ def main(argv=None) -> int:
     # torch and the command's code load here, after parsing (``--help`` never gets this far)
     from adsim.runtime import distributed
     from adsim.runtime.files import check_writable
+    from poolsim import FolderBusyError, cluster
 
     try:
         if args.command in ("train", "eval"):  # torchrun: join the process group (no-op otherwise)
@@ -400,9 +403,14 @@ def main(argv=None) -> int:
             done = run_table(args.out, args.data, methods=args.methods, targets=args.targets, shots=args.shots,
                              recipe=args.recipe, backbone=args.backbone, checkpoint=args.checkpoint,
                              epochs=args.epochs, seed=args.seed, shot_seed=args.shot_seed, device=args.device,
-                             batch_size=args.batch_size, progress=args.progress)
-            print(f"{len(done['computed'])} cells computed, {len(done['skipped'])} already done; "
-                  f"wrote {Path(args.out) / 'table.md'}")
+                             batch_size=args.batch_size, progress=args.progress,
+                             resources=cluster_cli.resources(args), wait=args.wait)
+            if done["pending"]:
+                print(f"submitted {len(done['pending'])} jobs, {len(done['skipped'])} cells already done; re-run "
+                      "the same command to collect them")
+            else:
+                print(f"{len(done['computed'])} cells computed, {len(done['skipped'])} already done; "
+                      f"wrote {Path(args.out) / 'table.md'}")
         elif args.command == "train":
             from adsim.training.compiled_step import CompileFallbackWarning
             from adsim.training.train import train
@@ -426,6 +434,12 @@ def main(argv=None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except FolderBusyError as err:  # another driver writes --out: one line naming its PID and host
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except cluster.GridFailed as err:  # cells that failed as jobs: one line each, with its log
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except OSError as err:  # e.g. a disk that fills during the run: one line, never a traceback
         print(f"error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
         return 2

@@ -6,8 +6,10 @@ helpers it calls, so ``--help`` answers at once.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
+from adsim.cli import cluster as cluster_cli
 from adsim.config import protocol as protocol_choices
 from adsim.config import recipes
 from adsim.data.simparams import SimParams
@@ -37,12 +39,14 @@ def add_parsers(sub) -> None:
     pr.add_argument("--backbone", default="ViT-L-14-336", help="real data: backbone (tiny for tests)")
     pr.add_argument("--checkpoint", default=None, help="real data: local open_clip weights")
     pr.add_argument("--image-size", type=int, default=None)
+    cluster_cli.add_args(pr)
 
     sw = sub.add_parser("sweep", help="SIMULATED protocol under one-at-a-time simulator parameter changes")
     sw.add_argument("--out", required=True)
     sw.add_argument("--methods", nargs="+", default=["naive", "match-geodesic-vaca"])
     sw.add_argument("--seeds", type=int, default=1)
     _common(sw)
+    cluster_cli.add_args(sw)
 
     fg = sub.add_parser("figures", help="ad_final, ad_ablation, ad_modality_gap, ad_variance, ad_table.md")
     fg.add_argument("--from", dest="src", required=True, nargs="+",
@@ -128,28 +132,33 @@ def main(args) -> str:
             written += sweep_figures(args.sweep, args.out)
         return f"wrote {len(written)} files under {args.out} ({', '.join(runs)}; recipes_summary.md)"
     seeds = args.seeds if args.seeds is not None else (QUICK["seeds"] if args.quick else 3)
+    jobs = {"resources": cluster_cli.resources(args), "wait": args.wait}
     if args.command == "sweep":
         params = sim_params(args.sim, args.quick)
         table = sweep(args.out, params, _settings(args, "simulated", params), methods=tuple(args.methods),
-                      seeds=seeds, progress=args.progress)
+                      seeds=seeds, progress=args.progress, **jobs)
         return f"sweep: {len(table)} rows in {args.out}/sweep.csv (SIMULATED)"
     if args.simulate:
         params = sim_params(args.sim, args.quick)
         settings = _settings(args, "simulated", params)
         mode = args.mode or settings.recipe["protocol_mode"]
-        res = protocol.run(args.out, lambda s: sources.simulated(params, s), settings, targets=args.targets,
+        res = protocol.run(args.out, functools.partial(sources.simulated, params), settings, targets=args.targets,
                     methods=args.methods, orders=args.orders, mode=mode, seeds=seeds, tasks=args.tasks,
-                    progress=args.progress)
+                    progress=args.progress, **jobs)
     else:
         if args.sim:
             raise ValueError("--sim applies to --simulate only")
         settings = _settings(args, str(args.data), None)
         mode = args.mode or settings.recipe["protocol_mode"]
-        src = sources.real(args.data, backbone=args.backbone, checkpoint=args.checkpoint,
+        src = sources.Lazy(sources.real, args.data, backbone=args.backbone, checkpoint=args.checkpoint,
                            image_size=args.image_size, clip_norm=settings.recipe["clip_norm"],
                            smooth_sigma=settings.recipe["smooth_sigma"], prompts=settings.recipe["prompts"])
-        res = protocol.run(args.out, lambda s: src, settings, targets=args.targets, methods=args.methods,
+        built = src(0)  # bad data fail here, before any cell; the driver keeps it for its own cells
+        res = protocol.run(args.out, src, settings, targets=args.targets, methods=args.methods,
                     orders=args.orders, mode=mode, seeds=seeds, tasks=args.tasks, progress=args.progress,
-                    domains=src.domains, masked=src.masked)
+                    domains=built.domains, masked=built.masked, **jobs)
+    if res["pending"]:
+        return (f"protocol: submitted {len(res['pending'])} cells, kept {len(res['skipped'])} finished cells; "
+                f"re-run the same command to collect them into {args.out}/protocol.csv")
     return (f"protocol: computed {len(res['computed'])} cells, kept {len(res['skipped'])} finished cells; "
             f"wrote {args.out}/protocol.csv and da.csv")

@@ -43,9 +43,9 @@ from adsim.inference.scoring import score_batches
 from adsim.methods.baselines import bilora
 from adsim.metrics.functional import auc_percent, smooth
 from adsim.model.head import make_head
-from adsim.runtime.io import read_json, write_json
+from adsim.runtime.io import cell_done, read_json, write_json
 from adsim.training.train import make_optimizer, train_epoch
-from poolsim import atomic_write, core, da_score
+from poolsim import atomic_write, cluster, core, da_score, folder_lock
 
 
 class Settings(NamedTuple):
@@ -225,7 +225,8 @@ def _cell_name(target, method, order, mode, seed) -> str:
     return f"{target}__{method}__{order}__{mode}__s{seed}.json"
 
 
-def _write_csv(path: Path, df: pd.DataFrame) -> None:
+def write_csv(path: Path, df: pd.DataFrame) -> None:
+    """``df`` as CSV (no index) at ``path``, written atomically (``poolsim.atomic_write``)."""
     atomic_write(path, lambda fh: fh.write(df.to_csv(index=False).encode()))
 
 
@@ -250,14 +251,14 @@ def write_outputs(out: Path, kind: str) -> pd.DataFrame:
         gains += [{**k, **r, "data": kind} for r in cell.get("vaca_gains", [])]
     cols = ["target", "task", "method", "order", "mode", "seed", "step", "added", "auc", "data"]
     protocol = pd.DataFrame(rows).reindex(columns=cols)
-    _write_csv(out / "protocol.csv", protocol)
-    _write_csv(out / "da.csv", da_table(protocol))
+    write_csv(out / "protocol.csv", protocol)
+    write_csv(out / "da.csv", da_table(protocol))
     if var:
         vcols = ["target", "method", "order", "mode", "seed", "channel", "class_before", "modality_before",
                  "class_after", "modality_after", "data"]
-        _write_csv(out / "variance.csv", pd.DataFrame(var).reindex(columns=vcols))
+        write_csv(out / "variance.csv", pd.DataFrame(var).reindex(columns=vcols))
     if gains:
-        _write_csv(out / "vaca_gains.csv", pd.DataFrame(gains))
+        write_csv(out / "vaca_gains.csv", pd.DataFrame(gains))
     return protocol
 
 
@@ -290,9 +291,15 @@ def check_request(domains, masked, targets, methods, orders, mode, tasks, seeds)
 
 def run(out, source_for_seed, settings: Settings, *, targets=None, methods=tuple(METHODS), orders=ORDERS,
         mode: str = "cumulative", seeds: int = 3, tasks=None, progress: bool = True, domains=None,
-        masked=MASKED) -> dict:
+        masked=MASKED, resources: cluster.Resources | None = None, wait: bool = False) -> dict:
     """Run (or resume) the protocol. ``source_for_seed(seed) -> Source`` is called lazily, once per seed
-    that still has cells to compute. Returns ``{"computed": [cell names], "skipped": [...]}``."""
+    that still has cells to compute. Returns ``{"computed": [cell names], "skipped": [...], "pending": [...]}``.
+
+    ``resources`` (:class:`poolsim.cluster.Resources`, default ``executor="local"``): ``local`` computes the
+    cells one after another in this process; ``processes`` / ``slurm`` make each missing cell a job
+    (:func:`poolsim.cluster.run_jobs`; ``source_for_seed`` is then pickled into every job, so it should build
+    its source rather than hold one) and merge the same CSVs from the cell files. The output folder is
+    locked for the run (:func:`poolsim.folder_lock`; ``wait``: wait for another driver instead of failing)."""
     domains = tuple(domains or DOMAINS)
     targets, by_target = check_request(domains, masked, targets, list(methods), list(orders), mode, tasks, seeds)
     out = Path(out)
@@ -304,18 +311,43 @@ def run(out, source_for_seed, settings: Settings, *, targets=None, methods=tuple
               "recipe": recipes.as_dict(recipe),
               "metric_equivalence": ({"why": why, "copies": {m: r for m, r in shared.items() if r != m}}
                                      if any(r != m for m, r in shared.items()) else None)}
-    if (out / "protocol.json").exists():
-        saved = read_json(out / "protocol.json")["settings"]
-        now = json.loads(json.dumps(record["settings"]))
-        diff = sorted(k for k in now if now[k] != saved.get(k))
-        if diff:
-            raise ValueError(f"{out} holds a protocol run with other settings {diff}; use another --out")
-    # representatives first, so that a method sharing their cells finds them computed
-    ordered = sorted(methods, key=lambda m: shared[m] != m)
-    grid = [(t, m, o, s) for s in range(seeds) for t in targets for m in ordered for o in orders]
-    todo = [c for c in grid if not (out / "cells" / _cell_name(*c[:3], mode, c[3])).exists()]
-    skipped = [_cell_name(*c[:3], mode, c[3]) for c in grid if c not in todo]
-    write_json(out / "protocol.json", record)
+    resources = resources or cluster.Resources()
+    with folder_lock(out, wait=wait):
+        if (out / "protocol.json").exists():
+            saved = read_json(out / "protocol.json")["settings"]
+            now = json.loads(json.dumps(record["settings"]))
+            diff = sorted(k for k in now if now[k] != saved.get(k))
+            if diff:
+                raise ValueError(f"{out} holds a protocol run with other settings {diff}; use another --out")
+        # representatives first, so that a method sharing their cells finds them computed
+        ordered = sorted(methods, key=lambda m: shared[m] != m)
+        grid = [(t, m, o, s) for s in range(seeds) for t in targets for m in ordered for o in orders]
+        todo = [c for c in grid if not cell_done(out / "cells" / _cell_name(*c[:3], mode, c[3]))]
+        skipped = [_cell_name(*c[:3], mode, c[3]) for c in grid if c not in todo]
+        write_json(out / "protocol.json", record)
+        if resources.executor == "local":
+            computed, pending = _run_here(out, source_for_seed, settings, todo, shared, mode, by_target, progress)
+        else:
+            computed, pending = _run_jobs(out, source_for_seed, settings, todo, shared, mode, by_target, progress,
+                                          resources)
+        if not pending:
+            write_outputs(out, settings_kind(settings))
+    return {"computed": computed, "skipped": skipped, "pending": pending}
+
+
+def _cell_record(t, m, o, mode, s, cell: dict, seconds: float) -> dict:
+    return {"key": {"target": t, "method": m, "order": o, "mode": mode, "seed": s}, **cell, "seconds": seconds}
+
+
+def _copy_of(out: Path, rep: str, t, o, mode, s) -> dict:
+    """A cell of a method proven identical to ``rep`` (protocol.json "metric_equivalence"): copied, marked."""
+    cell = {k: v for k, v in read_json(out / "cells" / _cell_name(t, rep, o, mode, s)).items()
+            if k in ("rows", "variance", "vaca_gains", "order_domains")}
+    return {**cell, "shared_with": rep}
+
+
+def _run_here(out, source_for_seed, settings, todo, shared, mode, by_target, progress) -> tuple:
+    """The cells of ``todo`` one after another in this process; returns ``(computed, pending=[])``."""
     source, seed_of_source, memo, computed, last_write = None, None, {}, [], time.monotonic()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: more threads only add contention on a shared CPU
@@ -325,35 +357,89 @@ def run(out, source_for_seed, settings: Settings, *, targets=None, methods=tuple
             bar.set_postfix_str(f"{t} {m} {o} s{s}")
             if s != seed_of_source:  # one seed's data in memory at a time
                 source, seed_of_source, memo = source_for_seed(s), s, {}
-                _write_similarity(out, source, s)
+                write_similarity(out, source.domains, source.similarity, s)
             t0 = time.perf_counter()
-            if shared[m] != m:  # proven identical (protocol.json "metric_equivalence"): copy, marked
-                cell = {k: v for k, v in read_json(out / "cells" / _cell_name(t, shared[m], o, mode, s)).items()
-                        if k in ("rows", "variance", "vaca_gains", "order_domains")}
-                cell["shared_with"] = shared[m]
+            if shared[m] != m:
+                cell = _copy_of(out, shared[m], t, o, mode, s)
             else:
                 cell = run_cell(source, settings, t, m, o, mode, s, by_target[t], memo)
             name = _cell_name(t, m, o, mode, s)
-            write_json(out / "cells" / name, {"key": {"target": t, "method": m, "order": o, "mode": mode,
-                                                      "seed": s}, **cell, "seconds": time.perf_counter() - t0})
+            write_json(out / "cells" / name, _cell_record(t, m, o, mode, s, cell, time.perf_counter() - t0))
             computed.append(name)
             if time.monotonic() - last_write > 30:
                 write_outputs(out, settings_kind(settings))
                 last_write = time.monotonic()
     finally:
         torch.set_num_threads(threads)
-    write_outputs(out, settings_kind(settings))
-    return {"computed": computed, "skipped": skipped}
+    return computed, []
+
+
+def compute_cell(out, source_for_seed, settings: Settings, cell: tuple, mode: str, tasks: tuple) -> str:
+    """One cell ``(target, method, order, seed)`` in a job of its own (:func:`poolsim.cluster.run_jobs`): the
+    cell file ``OUT/cells/<name>`` (atomic), and the seed's measured similarity in
+    ``OUT/jobs/similarity_s<seed>.json`` for the driver's ``similarity.csv``. A finished cell is left as
+    it is. Same numbers as the sequential runner: ``run_cell`` is deterministic given its arguments,
+    one torch thread in both. Returns the cell file's name."""
+    out = Path(out)
+    t, m, o, s = cell
+    name = _cell_name(t, m, o, mode, s)
+    if cell_done(out / "cells" / name):
+        return name
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    source = source_for_seed(s)
+    sim_file = out / "jobs" / f"similarity_s{s}.json"
+    if not sim_file.is_file():
+        write_json(sim_file, {"domains": list(source.domains), "similarity": source.similarity.tolist()})
+    result = run_cell(source, settings, t, m, o, mode, s, tasks)
+    write_json(out / "cells" / name, _cell_record(t, m, o, mode, s, result, time.perf_counter() - t0))
+    return name
+
+
+def _run_jobs(out, source_for_seed, settings, todo, shared, mode, by_target, progress, resources) -> tuple:
+    """The cells of ``todo`` as scheduler jobs; then the copies and ``similarity.csv`` in this process.
+    Returns ``(computed, pending)``; cells still failing after the retries -> :class:`poolsim.cluster.GridFailed`."""
+    names = {_cell_name(*c[:3], mode, c[3]): c for c in todo}
+    jobs = [cluster.Job(name[:-len(".json")], compute_cell,
+                        (str(out), source_for_seed, settings, c, mode, by_target[c[0]]))
+            for name, c in names.items() if shared[c[1]] == c[1]]
+    last = [time.monotonic()]
+
+    def finished(_):  # a stopped driver keeps its partial CSVs, as the sequential runner does
+        if time.monotonic() - last[0] > 30:
+            write_outputs(out, settings_kind(settings))
+            last[0] = time.monotonic()
+
+    outcome = cluster.run_jobs(out / "jobs", jobs, resources, done=lambda n: cell_done(out / "cells" / f"{n}.json"),
+                       progress=progress, desc="protocol cells", on_finish=finished)
+    if outcome.pending:
+        return [], [f"{n}.json" for n in outcome.pending]
+    for s in sorted({c[3] for c in todo}):
+        sim_file = out / "jobs" / f"similarity_s{s}.json"
+        if sim_file.is_file():
+            rec = read_json(sim_file)
+            write_similarity(out, rec["domains"], np.asarray(rec["similarity"]), s)
+    computed = [f"{j.name}.json" for j in jobs if j.name in outcome.results]
+    for name, (t, m, o, s) in names.items():
+        if shared[m] != m and cell_done(out / "cells" / _cell_name(t, shared[m], o, mode, s)):
+            write_json(out / "cells" / name, _cell_record(t, m, o, mode, s, _copy_of(out, shared[m], t, o, mode, s),
+                                                          0.0))
+            computed.append(name)
+    if outcome.failed:
+        write_outputs(out, settings_kind(settings))
+        raise cluster.GridFailed(outcome.failed)
+    return computed, []
 
 
 def settings_kind(settings: Settings) -> str:
     return "simulated" if settings.data == "simulated" else "real"
 
 
-def _write_similarity(out: Path, source, seed: int) -> None:
+def write_similarity(out: Path, domains, similarity, seed: int) -> None:
+    """Replace ``seed``'s rows of ``OUT/similarity.csv`` by ``similarity (D, D)`` over ``domains``."""
     path = out / "similarity.csv"
     old = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["seed", "domain_a", "domain_b", "cosine"])
     old = old[old["seed"] != seed]
-    new = pd.DataFrame([{"seed": seed, "domain_a": a, "domain_b": b, "cosine": float(source.similarity[i, j])}
-                        for i, a in enumerate(source.domains) for j, b in enumerate(source.domains)])
-    _write_csv(path, pd.concat([old, new], ignore_index=True) if len(old) else new)
+    new = pd.DataFrame([{"seed": seed, "domain_a": a, "domain_b": b, "cosine": float(similarity[i, j])}
+                        for i, a in enumerate(domains) for j, b in enumerate(domains)])
+    write_csv(path, pd.concat([old, new], ignore_index=True) if len(old) else new)

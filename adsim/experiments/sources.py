@@ -109,3 +109,21 @@ def real(root, *, backbone: str = "ViT-L-14-336", checkpoint=None, image_size=No
                   spec.width, spec.embed_dim, len(spec.adapter_layers), text_embeddings(bb, prompt_texts(prompts)),
                   lambda head, x: features(bb, head, x), train_batches,
                   lambda d, bs: loader(test[d], bs), smooth_sigma)
+
+
+class Lazy:
+    """``source_for_seed`` of a source that is the same for every seed: ``factory(*args, **kwargs)`` is
+    built on the first call in each process and kept. Pickling keeps the arguments and drops the built
+    source, so a scheduler job (:func:`poolsim.cluster.run_jobs`) builds its own instead of receiving a
+    backbone in its pickle."""
+
+    def __init__(self, factory: Callable, *args, **kwargs):
+        self.factory, self.args, self.kwargs, self._built = factory, args, kwargs, None
+
+    def __call__(self, seed: int) -> Source:
+        if self._built is None:
+            self._built = self.factory(*self.args, **self.kwargs)
+        return self._built
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_built": None}

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 from tqdm.auto import tqdm
 
 from adsim.config import recipes
@@ -40,9 +41,9 @@ from adsim.methods import catalog
 from adsim.methods.baselines import mao
 from adsim.methods.fewshot import for_target, support_shots
 from adsim.methods.registry import TRAINED
-from adsim.runtime.io import read_json, write_json
+from adsim.runtime.io import cell_done, read_json, write_json
 from adsim.training.train import train
-from poolsim import atomic_write
+from poolsim import atomic_write, cluster, folder_lock
 
 # our method name -> the paper's Table-1 row it corresponds to (reference.TABLE1); "*" rows are the
 # paper authors' re-implementations. "match" = the paper's method only under the paper/authors recipe.
@@ -149,7 +150,7 @@ def build_table(out, targets, methods, shots) -> pd.DataFrame:
         for m in methods:
             for k in shots:
                 path = out / "cells" / cell_name(t, m, k)
-                cell = read_json(path)["metrics"] if path.is_file() else {}
+                cell = read_json(path)["metrics"] if cell_done(path) else {}
                 row[f"{m} k={k} AC"] = cell.get("image_auc", np.nan)
                 if any(x in MASKED for x in targets):  # AS: masked targets only (others: missing)
                     row[f"{m} k={k} AS"] = cell.get("pixel_auc", np.nan)
@@ -200,8 +201,16 @@ def write_outputs(out, targets, methods, shots, record: dict) -> pd.DataFrame:
 
 def run(out, data, *, methods, targets=None, shots=(0,), recipe: str = "clean", backbone: str = "ViT-L-14-336",
         checkpoint=None, epochs=None, seed: int = 0, shot_seed: int = 0, device: str = "auto",
-        batch_size: int = 16, progress: bool = True) -> dict:
-    """Compute every missing cell and write the table. Returns ``{"computed": [...], "skipped": [...]}``."""
+        batch_size: int = 16, progress: bool = True, resources: cluster.Resources | None = None,
+        wait: bool = False) -> dict:
+    """Compute every missing cell and write the table. Returns ``{"computed": [...], "skipped": [...],
+    "pending": [...]}``.
+
+    ``resources`` (:class:`poolsim.cluster.Resources`, default ``executor="local"``): ``local`` computes
+    the cells one after another in this process; ``processes`` / ``slurm`` make each (target, method) with
+    missing cells one job -- its training run (resumed from its checkpoint when resubmitted) and its k
+    evaluations -- and write the same ``table.csv`` from the cell files. The output folder is locked for
+    the run (:func:`poolsim.folder_lock`; ``wait``: wait for another driver instead of failing)."""
     targets, methods, shots = check_request(targets, methods, shots, recipe)
     recipes.get(recipe)
     for t in targets:  # bad data fail now, not hours into the grid
@@ -209,43 +218,110 @@ def run(out, data, *, methods, targets=None, shots=(0,), recipe: str = "clean", 
         if max(shots) > 0:
             support_shots(data, t, max(shots))  # ValueError naming --shots and the allowed range
     out = Path(out)
+    resources = resources or cluster.Resources()
     settings = {"data": str(Path(data).resolve()), "methods": methods, "recipe": recipe, "backbone": backbone,
                 "checkpoint": None if checkpoint is None else str(Path(checkpoint).resolve()), "epochs": epochs,
                 "seed": seed, "shot_seed": shot_seed}
-    if (out / "table.json").is_file():
-        saved = read_json(out / "table.json")["settings"]
-        diff = sorted(k for k in settings if k != "methods" and json.loads(json.dumps(settings[k])) != saved.get(k))
-        if diff:
-            raise ValueError(f"{out} holds a table run with other settings {diff}; use another --out")
-    write_json(out / "table.json", {"settings": settings, "note": "cells/*.json are the record; the tables are "
-                                    "rebuilt from them"})
-    opts = {"recipe": recipe, "backbone": backbone, "checkpoint": checkpoint, "epochs": epochs, "seed": seed,
-            "device": device, "progress": progress}
-    grid = [(t, m, k) for t in targets for m in methods for k in shots]
-    todo = [c for c in grid if not (out / "cells" / cell_name(*c)).is_file()]
-    skipped = [cell_name(*c) for c in grid if c not in todo]
+    with folder_lock(out, wait=wait):
+        if (out / "table.json").is_file():
+            saved = read_json(out / "table.json")["settings"]
+            diff = sorted(k for k in settings
+                          if k != "methods" and json.loads(json.dumps(settings[k])) != saved.get(k))
+            if diff:
+                raise ValueError(f"{out} holds a table run with other settings {diff}; use another --out")
+        write_json(out / "table.json", {"settings": settings, "note": "cells/*.json are the record; the tables are "
+                                        "rebuilt from them"})
+        opts = {"recipe": recipe, "backbone": backbone, "checkpoint": checkpoint, "epochs": epochs, "seed": seed,
+                "device": device, "progress": progress, "shot_seed": shot_seed, "batch_size": batch_size}
+        grid = [(t, m, k) for t in targets for m in methods for k in shots]
+        todo = [c for c in grid if not cell_done(out / "cells" / cell_name(*c))]
+        skipped = [cell_name(*c) for c in grid if c not in todo]
+        if resources.executor == "local":
+            computed, pending, failed = _run_here(out, data, todo, opts), [], []
+        else:
+            computed, pending, failed = _run_jobs(out, data, todo, opts, resources)
+        if not pending:
+            _write_tables(out, grid, targets, methods, shots, settings)
+        if failed:
+            raise cluster.GridFailed(failed)
+    return {"computed": computed, "skipped": skipped, "pending": pending}
+
+
+def _write_cell(out: Path, det, data, t: str, m: str, k: int, opts: dict, t0: float) -> str:
+    """Evaluate cell (t, m, k) with ``det`` and write ``OUT/cells/<name>`` (atomic); returns the name."""
+    cfg = det.info.get("config")  # trained: the run's recipe sigma; training-free: the method's own, else --recipe's
+    own = getattr(det.method, "smooth_sigma", None)
+    sigma = cfg.smooth_sigma if cfg is not None else own if own is not None else recipes.get(opts["recipe"]).smooth_sigma
+    metrics = evaluate_cell(det, data, t, k, shot_seed=opts["shot_seed"], smooth_sigma=sigma,
+                            batch_size=opts["batch_size"])
+    pretrained = bool(det.info["backbone"].pretrained)
+    write_json(out / "cells" / cell_name(t, m, k),
+               {"key": {"target": t, "method": m, "shots": k}, "metrics": metrics, "pretrained": pretrained,
+                "recipe": getattr(cfg, "recipe", None), "select": getattr(cfg, "select", None),
+                "seconds": time.perf_counter() - t0})
+    return cell_name(t, m, k)
+
+
+def _run_here(out: Path, data, todo: list, opts: dict) -> list:
+    """The cells of ``todo`` one after another in this process; one detector per (target, method)."""
     computed, base = [], {}
-    bar = tqdm(todo, desc="table cells", disable=not progress)
+    bar = tqdm(todo, desc="table cells", disable=not opts["progress"])
     for t, m, k in bar:
         bar.set_postfix_str(f"{t} {m} k={k}")
         t0 = time.perf_counter()
         if (t, m) not in base:  # one detector per (target, method) at a time, reused across k
             base = {(t, m): _detector(out, data, t, m, opts)}
-        det = base[(t, m)]
-        cfg = det.info.get("config")  # trained: the run's recipe sigma; training-free: the method's own, else --recipe's
-        own = getattr(det.method, "smooth_sigma", None)
-        sigma = cfg.smooth_sigma if cfg is not None else own if own is not None else recipes.get(recipe).smooth_sigma
-        metrics = evaluate_cell(det, data, t, k, shot_seed=shot_seed, smooth_sigma=sigma, batch_size=batch_size)
-        pretrained = bool(det.info["backbone"].pretrained)
-        write_json(out / "cells" / cell_name(t, m, k),
-                   {"key": {"target": t, "method": m, "shots": k}, "metrics": metrics, "pretrained": pretrained,
-                    "recipe": getattr(cfg, "recipe", None), "select": getattr(cfg, "select", None),
-                    "seconds": time.perf_counter() - t0})
-        computed.append(cell_name(t, m, k))
-    cells = [read_json(out / "cells" / cell_name(*c)) for c in grid if (out / "cells" / cell_name(*c)).is_file()]
+        computed.append(_write_cell(out, base[(t, m)], data, t, m, k, opts, t0))
+    return computed
+
+
+def compute_pair(out, data, target: str, method: str, shots: list, opts: dict) -> list:
+    """The job of one (target, method) (:func:`poolsim.cluster.run_jobs`): its training run if trained
+    (resumed from ``checkpoint_last.pt`` after a kill or a pre-emption) and every missing cell of
+    ``shots``, as the sequential runner computes them. ``opts["threads"]``: torch threads (the driver's,
+    so that the numbers do not depend on the executor). Returns the names of the cells written."""
+    out = Path(out)
+    ks = [k for k in shots if not cell_done(out / "cells" / cell_name(target, method, k))]
+    if not ks:
+        return []
+    if opts.get("threads"):
+        torch.set_num_threads(opts["threads"])
+    t0 = time.perf_counter()
+    det = _detector(out, data, target, method, opts)
+    names = []
+    for k in ks:
+        names.append(_write_cell(out, det, data, target, method, k, opts, t0))
+        t0 = time.perf_counter()
+    return names
+
+
+def _run_jobs(out: Path, data, todo: list, opts: dict, resources) -> tuple:
+    """One job per (target, method) of ``todo``; returns ``(computed, pending, failed)``, ``failed`` as
+    :class:`poolsim.cluster.Outcome`'s (jobs still failing after their retries)."""
+    pairs = {}
+    for t, m, k in todo:
+        pairs.setdefault((t, m), []).append(k)
+    job_opts = {**opts, "progress": False,
+                "threads": torch.get_num_threads() if resources.executor == "processes" else resources.cpus_per_cell}
+    jobs = [cluster.Job(f"{t}__{m}", compute_pair, (str(out), str(data), t, m, ks, job_opts))
+            for (t, m), ks in pairs.items()]
+
+    def done(name):
+        t, m = name.split("__")
+        return all(cell_done(out / "cells" / cell_name(t, m, k)) for k in pairs[(t, m)])
+
+    outcome = cluster.run_jobs(out / "jobs", jobs, resources, done=done, progress=opts["progress"],
+                               desc="table jobs (target, method)")
+    if outcome.pending:
+        return [], list(outcome.pending), []
+    computed = [cell_name(t, m, k) for t, m, k in todo if cell_done(out / "cells" / cell_name(t, m, k))]
+    return computed, [], outcome.failed
+
+
+def _write_tables(out: Path, grid, targets, methods, shots, settings: dict) -> None:
+    cells = [read_json(out / "cells" / cell_name(*c)) for c in grid if cell_done(out / "cells" / cell_name(*c))]
     pretrained = bool(cells) and all(c.get("pretrained", False) for c in cells)
     on_test = sorted({c["key"]["method"] for c in cells if c.get("select") == "test"})
     used = {c["key"]["method"]: c["recipe"] for c in cells if c.get("recipe")}
     write_outputs(out, targets, methods, shots, {**settings, "pretrained": pretrained, "selected_on_test": on_test,
                                                  "recipes": {m: used[m] for m in methods if m in used}})
-    return {"computed": computed, "skipped": skipped}

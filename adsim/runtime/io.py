@@ -39,6 +39,17 @@ def read_json(path) -> dict:
     return obj
 
 
+def cell_done(path) -> bool:
+    """Whether ``path`` is a finished grid cell (``table`` / ``protocol``): a JSON object with its ``key``.
+    Cell files are written atomically, so anything else there (a truncated copy, a stray file) counts as
+    missing and is computed again."""
+    path = Path(path)
+    try:
+        return path.is_file() and "key" in read_json(path)
+    except ValueError:
+        return False
+
+
 class UnsafeCheckpointError(ValueError):
     """A checkpoint holds Python objects besides tensors, numbers, strings and plain containers."""
 
