@@ -35,6 +35,8 @@ from typing import Any, Callable, NamedTuple
 from ._io import atomic_write_text, folder_lock
 
 EXECUTORS = ("local", "processes", "slurm")
+"""The executor names: ``local`` runs cells in this process, ``processes`` as local submitit jobs, ``slurm`` as a Slurm
+job array."""
 # Slurm states of a job that is still going to run or finish (``sacct``)
 _ACTIVE = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED")
 
