@@ -17,13 +17,12 @@ Two drivers use it:
   mutations (flip, delete, insert, truncate, overwrite with an extreme value, splice from another seed);
   its runs are derandomised (same inputs every run) and a failure shrinks to the fewest, smallest
   mutations that still fail;
-* a long campaign (``python tests/adsim/_fuzz_readers.py --minutes 30``, docs/fuzzing.md): atheris,
+* a long campaign (``python benchmarks/fuzz_readers.py --minutes 30``, docs/fuzzing.md): atheris,
   coverage-guided (libFuzzer's mutator, with the seeds as its corpus), which finds what a blind mutator
   does not -- inputs that pass one parser check to reach the next.
 """
 from __future__ import annotations
 
-import argparse
 import gzip
 import logging
 import sys
@@ -213,25 +212,30 @@ def _check_picture(path: Path, decoded) -> None:
         raise Finding(f"{path.name}: preprocessed to {tuple(x.shape)} with non-finite values")
 
 
-# -- the long campaign (atheris) ---------------------------------------------------------------------------
+# -- the long campaign (atheris): benchmarks/fuzz_readers.py -----------------------------------------------
 
-def _campaign(args) -> int:
+def campaign(minutes: float, seconds: float, crashes: Path, stats_file: Path, atheris) -> None:
+    """Run atheris (already set up to instrument the readers) for ``minutes`` on the seeds; inputs that
+    break the contract are written to ``crashes``. One fuzz input is a byte naming the seed (hence the
+    reader: the file keeps the seed's name) and the file's bytes. Counts and timings go to ``stats_file``
+    (JSON) every 500 inputs and at a finding: libFuzzer ends the process itself when time is up."""
+    import json
     import tempfile
 
-    import atheris
+    from adsim.data import bmad  # noqa: F401 -- torch loads before the clock of the first input starts
 
     work = Path(tempfile.mkdtemp(prefix="adsim-fuzz-"))
     paths = seeds(work / "seeds")
     corpus = work / "corpus"
     corpus.mkdir()
-    # the corpus: one file per seed, its first byte naming the seed (the suffix, i.e. the reader)
     for i, p in enumerate(paths):
         (corpus / f"{i:02d}_{p.name}").write_bytes(bytes([i]) + p.read_bytes())
     target = work / "target"
     target.mkdir()
-    stats = {"inputs": 0, "unreadable": 0, "ok": 0, "start": time.time()}
-    crashes = Path(args.crashes)
+    crashes = Path(crashes)
     crashes.mkdir(parents=True, exist_ok=True)
+    stats = {"inputs": 0, "read": 0, "refused": 0, "findings": 0, "slowest_s": 0.0, "start": time.time(),
+             "per_reader": {}}
 
     def one(data: bytes) -> None:
         if not data:
@@ -240,40 +244,25 @@ def _campaign(args) -> int:
         path = target / seed.name
         path.write_bytes(data[1:])
         stats["inputs"] += 1
+        reader = "".join(seed.suffixes[-2:]) if seed.name.endswith(".nii.gz") else seed.suffix
+        stats["per_reader"][reader] = stats["per_reader"].get(reader, 0) + 1
+        t = time.perf_counter()
         try:
-            outcomes = check(path, seconds=args.seconds)
+            outcomes = check(path, seconds=seconds)
         except Finding:
-            (crashes / f"{seed.name}.{stats['inputs']}").write_bytes(data[1:])
+            stats["findings"] += 1
+            (crashes / f"{stats['inputs']:08d}_{seed.name}").write_bytes(data[1:])
+            dump()
             raise
-        stats["ok" if outcomes and all(o == "ok" for o in outcomes) else "unreadable"] += 1
+        finally:
+            stats["slowest_s"] = max(stats["slowest_s"], time.perf_counter() - t)
+        stats["read" if outcomes and all(o == "ok" for o in outcomes) else "refused"] += 1
+        if stats["inputs"] % 500 == 0:
+            dump()
 
-    with atheris.instrument_imports():
-        import nibabel  # noqa: F401
-        import pydicom  # noqa: F401
-        import PIL.Image  # noqa: F401
-    atheris.instrument_all()
-    argv = [sys.argv[0], str(corpus), f"-max_total_time={int(args.minutes * 60)}", "-rss_limit_mb=4096",
-            f"-timeout={int(args.seconds * 5)}", f"-artifact_prefix={crashes}/", "-print_final_stats=1"]
-    if args.keep_going:
-        argv.append("-fork=1")
-    atheris.Setup(argv, one)
-    try:
-        atheris.Fuzz()
-    finally:
-        took = time.time() - stats["start"]
-        print(f"inputs {stats['inputs']} in {took:.0f} s: {stats['ok']} read, {stats['unreadable']} refused",
-              file=sys.stderr)
-    return 0
+    def dump() -> None:
+        Path(stats_file).write_text(json.dumps({**stats, "seconds": time.time() - stats["start"]}, indent=1))
 
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="coverage-guided fuzzing of adsim's readers (atheris)")
-    p.add_argument("--minutes", type=float, default=30.0)
-    p.add_argument("--seconds", type=float, default=2.0, help="time limit per input")
-    p.add_argument("--crashes", default="fuzz-crashes", help="folder for inputs that broke the contract")
-    p.add_argument("--keep-going", action="store_true", help="libFuzzer -fork=1: continue after a finding")
-    return _campaign(p.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    atheris.Setup([sys.argv[0], str(corpus), f"-max_total_time={int(minutes * 60)}", "-rss_limit_mb=6144",
+                   f"-timeout={max(10, int(seconds * 5))}", f"-artifact_prefix={crashes}/", "-print_final_stats=1"], one)
+    atheris.Fuzz()
