@@ -390,8 +390,9 @@ def decode(src) -> Decoded:
 
 
 def _decode_file(path: Path) -> Decoded:
-    # PIL warns about a decompression bomb before it raises; either way it is refused (_reading)
-    with _reading(path, "not a readable image"), Image.open(path) as im:
+    # PIL warns about a decompression bomb before it raises; either way it is refused (_reading). The
+    # reason is PIL's error as it names itself, e.g. "UnidentifiedImageError: cannot identify image file"
+    with _reading(path, lambda err: f"{type(err).__name__}: {_one_line(err)}"), Image.open(path) as im:
         _check_pixels(im.size[0] * im.size[1], f"{im.size[0]} x {im.size[1]}")
         im.load()
         decoded = decode_pil(im)
