@@ -23,20 +23,27 @@ def file_mode() -> int:
 
 def atomic_write(path, write: Callable) -> Path:
     """Write ``path`` atomically: ``write(fh)`` fills a binary temporary file beside it, which is
-    flushed, fsynced and moved over ``path``. Parent folders are created. Returns ``path``."""
+    flushed, fsynced and moved over ``path``. Parent folders are created. Returns ``path``.
+
+    On failure the temporary file is removed and ``path`` is as it was (absent, or the previous file).
+    An ``OSError`` of the write (a full disk, a read-only folder) names ``path``, not the temporary file
+    (``err.filename``), so that the error says which output could not be written."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, file_mode())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as err:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.filename in (None, tmp) and err.errno is not None:
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from None
         raise
     return path
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _checks, _core
 from ._checks import to_numpy
-from ._strategies import LEVELS, _domain_means, _domains, _like, as_key
+from ._strategies import LEVELS, _domain_means, _domains, _like, as_key, real_array
 
 INITS = ("kmeans++", "kmeans++median")
 
@@ -123,6 +123,7 @@ def match_multimodal(X: Any, taus: Any, *, init: Any, metric: str = "l2", level:
         if init == "kmeans++median":
             C = _median_refine(points, mass, C, metric)
     else:
+        real_array("init", init if hasattr(init, "dtype") else np.asarray(init))
         c0 = np.asarray(to_numpy(init), dtype=float)
         if c0.ndim != 2:
             raise ValueError(f"init must be 'kmeans++' or an array of shape (M, d), got shape "

@@ -3,10 +3,14 @@
 All take ``X: (K, N, d)`` -- K domains padded to N samples of dimension d -- and an optional
 ``counts: (K,)`` giving each domain's real sample count (the first ``counts[k]`` rows of ``X[k]``
 are used; padding must be finite, e.g. zeros). Inputs may be NumPy arrays, jax.numpy arrays or
-torch tensors; results come back in the same array library.
+torch tensors of real numbers (complex, object and string arrays: ``TypeError``); results come back in
+the same array library. Any finite data work, up to the dtype's range: data whose magnitude is far
+from 1 are processed scaled by an exact power of two (:func:`pow2_exponent`), so nothing overflows or
+underflows and ``match`` is equivariant to scaling; ordinary data go through unscaled.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -55,13 +59,31 @@ class Matched(NamedTuple):
     n_matched: Any
 
 
+def real_array(name: str, a: Any) -> None:
+    """``TypeError`` naming ``name`` unless ``a`` holds real numbers (bool, integer or real floating):
+    complex values would lose their imaginary part in a float cast, and object, string, bytes and
+    date arrays are not numbers (NumPy would parse ``"1.5"`` or warn ``ComplexWarning``)."""
+    dtype = getattr(a, "dtype", None)
+    if dtype is None:
+        return
+    try:  # NumPy and JAX dtypes; torch dtypes have is_complex / is_floating_point
+        kind = np.dtype(dtype).kind
+    except TypeError:
+        kind = "c" if getattr(dtype, "is_complex", False) else "f"
+    if kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers (bool, integer or floating), got dtype {dtype}")
+
+
 def _domains(X: Any, counts: Any = None):
     """Validate ``X`` and ``counts``; return ``(X, valid (K, N) 0/1, counts (K,) float, xp)``."""
     try:
         xp = _core.namespace(X)
     except TypeError:
-        X = np.asarray(X, dtype=float)
+        X = np.asarray(X)
+        real_array("X", X)
+        X = X.astype(float)
         xp = _core.namespace(X)
+    real_array("X", X)
     if X.ndim != 3:
         raise ValueError(f"X must have shape (K, N, d), got {tuple(X.shape)}")
     K, N, d = X.shape
@@ -78,6 +100,7 @@ def _domains(X: Any, counts: Any = None):
         cnt = xp.astype(counts, X.dtype)
     else:
         c = _checks.to_numpy(counts)
+        real_array("counts", c)
         if c.shape != (K,):
             raise ValueError(f"counts must have shape (K,) = ({K},), got {c.shape}")
         if not np.all(np.isfinite(c)) or np.any(c != np.round(c)) or c.min() < 1 or c.max() > N:
@@ -85,6 +108,37 @@ def _domains(X: Any, counts: Any = None):
         cnt = _like(X, c.astype(float))
     valid = xp.astype(steps[None, :] < cnt[:, None], X.dtype)
     return X, valid, cnt, xp
+
+
+def pow2_exponent(X: Any) -> int:
+    """``k`` such that ``X * 2**k`` has its largest ``|value|`` in ``[0.5, 1)``, when that largest value is
+    outside the safe range ``[2**-(q+1), 2**q)`` (``q = maxexp // 4`` of its dtype: 256 for float64, 32
+    for float32); else 0, and 0 for an all-zero ``X`` or a JAX tracer (its values are unknown).
+
+    In the safe range, squared norms of any realistic dimension neither overflow nor underflow to 0, so
+    data there go through the matching core as they are. Outside it the strategies work on
+    ``X * 2**k``: scaling by a power of two is exact in floating point (the mantissas do not change),
+    so every sum, square root, comparison and decision is the one of the unscaled data, computed where
+    nothing overflows or underflows, and the results are scaled back exactly."""
+    if _checks.is_tracer(X):
+        return 0
+    a = _checks.to_numpy(X)
+    top = float(np.max(np.abs(a))) if a.size else 0.0
+    if top == 0.0 or not math.isfinite(top):
+        return 0
+    e = math.frexp(top)[1]  # top = f * 2**e, f in [0.5, 1)
+    q = np.finfo(a.dtype).maxexp // 4
+    return 0 if -q <= e <= q else -e
+
+
+def times_pow2(x: Any, k: int):
+    """``x * 2**k`` exactly (an array of any library, or a number): in steps of at most ``2**60``, so that
+    neither the factor nor an intermediate leaves the dtype's range (float32's ends at ``2**128``)."""
+    while k:
+        step = max(-60, min(60, k))
+        x = x * (2.0 ** step)
+        k -= step
+    return x
 
 
 def _like(X: Any, a: Any):
@@ -115,8 +169,9 @@ def naive_pool(X: Any, counts: Any = None) -> Pooled:
     ``mean = sum_k sum_{i<N_k} x_{k,i} / sum_k N_k``.
     """
     X, valid, cnt, xp = _domains(X, counts)
+    k = pow2_exponent(X)  # 0 for data in the safe range: computed as they are
     total = xp.sum(cnt)
-    return Pooled(xp.sum(valid[..., None] * X, axis=(0, 1)) / total, total)
+    return Pooled(times_pow2(xp.sum(valid[..., None] * times_pow2(X, k), axis=(0, 1)) / total, -k), total)
 
 
 def as_key(key: Any):
@@ -158,6 +213,8 @@ def subsample(key: Any, X: Any, m: int, n: int, counts: Any = None) -> Subsample
     """
     X, _, cnt, xp = _domains(X, counts)
     K, N, d = X.shape
+    k = pow2_exponent(X)
+    X = times_pow2(X, k)
     m = _checks.integer("m", m, 1, K)
     n = _checks.integer("n", n, 1)
     import jax.numpy as jnp
@@ -168,7 +225,7 @@ def subsample(key: Any, X: Any, m: int, n: int, counts: Any = None) -> Subsample
     if not jax_input:
         domains, idx, flat_idx = (_like(X, np.asarray(a, dtype=np.int64)) for a in (domains, idx, flat_idx))
     picked = xp.take(xp.reshape(X, (K * N, d)), flat_idx, axis=0)
-    return Subsampled(xp.mean(picked, axis=0), domains, idx)
+    return Subsampled(times_pow2(xp.mean(picked, axis=0), -k), domains, idx)
 
 
 def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: Any = "median",
@@ -194,6 +251,13 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
     _checks.choice("level", level, LEVELS)
     _checks.positive("tol", tol)
     max_iter = _checks.integer("max_iter", max_iter, 1)
+    # data far from 1 in magnitude: matched as X * 2**k, with the l2 radius and the tolerance (data units)
+    # scaled alike; cosine and geodesic radii are angles, unchanged (see pow2_exponent)
+    k = pow2_exponent(X)
+    if k:
+        X = times_pow2(X, k)
+        tol = times_pow2(tol, k)
+        tau = times_pow2(tau, k) if metric == "l2" else tau
     flat = xp.reshape(X, (K * N, d))
     flat_valid = xp.reshape(valid, (K * N,))
     if isinstance(init, str):
@@ -203,12 +267,13 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
         else:
             c0 = naive_pool(X, counts).mean
     else:
+        real_array("init", init if hasattr(init, "dtype") else np.asarray(init))
         c0 = init if _same_library(init, X) else _like(X, np.asarray(_checks.to_numpy(init), dtype=float))
         if tuple(c0.shape) != (d,):
             raise ValueError(f"init must be 'median', 'mean' or a vector of shape (d,) = ({d},), "
                              f"got shape {tuple(c0.shape)}")
         _checks.finite("init", c0)
-        c0 = xp.astype(c0, X.dtype)
+        c0 = times_pow2(xp.astype(c0, X.dtype), k)
     if level == "domain":
         points, mass = _domain_means(X, valid, cnt), cnt
     else:
@@ -217,4 +282,5 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
                                                       tol=tol, max_iter=max_iter)
     if level == "sample":
         inc = xp.reshape(inc, (K, N))
+    c = times_pow2(c, -k)
     return Matched(c, c, inc, n_iter, conv, total)

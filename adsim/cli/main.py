@@ -7,6 +7,7 @@ answers at once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import warnings
@@ -72,7 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--device", default="auto")
     tr.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto")
     tr.add_argument("--num-workers", type=int, default=0)
-    tr.add_argument("--resume", action="store_true")
+    tr.add_argument("--resume", action="store_true",
+                    help="continue the run in --out from its last checkpoint (a run stopped at any moment, even "
+                         "killed, ends as the uninterrupted run would); without a checkpoint yet it starts over")
+    _wait_arg(tr)
     tr.add_argument("--no-progress", dest="progress", action="store_false")
     tr.add_argument("--trunk-cache", action="store_true",
                     help="compute the frozen trunk's tokens once and keep them in RAM (same result, faster epochs)")
@@ -144,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="a volume's score (NIfTI volume, multi-frame DICOM, DICOM series): the mean of its K "
                          "highest slice scores (default 1: the maximum)")
     pr.add_argument("--no-progress", dest="progress", action="store_false")
+    _wait_arg(pr)
 
     cv = sub.add_parser("convert-run", help="rewrite a run folder of an earlier adsim version whose checkpoints "
                         "hold NumPy values, so that they load without running code (only for a run you trust)")
@@ -173,6 +178,12 @@ def _table_parser(sub) -> None:
     tb.add_argument("--device", default="auto")
     tb.add_argument("--no-progress", dest="progress", action="store_false")
     cluster_cli.add_args(tb)
+
+
+def _wait_arg(p) -> None:
+    p.add_argument("--wait", action="store_true",
+                   help="if another process is writing to --out, wait for it to finish (default: stop with an "
+                        "error naming it)")
 
 
 def _dist_args(p) -> None:
@@ -259,16 +270,14 @@ def _one_line_for(category, show):
 def _predict(args) -> str:
     """``predict``: scores.csv (``adsim.inference.report``: where each score came from; written
     atomically), report.html and, unless ``--no-overlays``, one overlay PNG per picture in ``--out``;
-    unreadable files are skipped with one ``warning:`` line each."""
+    unreadable files are skipped with one ``warning:`` line each. The caller holds ``--out``'s lock."""
     # torch, open_clip and the methods load here, once the command runs
     from adsim.data.images import image_items
     from adsim.inference.detector import Detector, UnreadableImageWarning
     from adsim.inference.report import write_report, write_scores_csv
     from adsim.methods.fewshot import exclude_shots
-    from adsim.runtime.files import check_writable
     from adsim.runtime.io import write_json
 
-    check_writable(args.out)  # before any work
     if args.run is not None:
         if args.backbone != "ViT-L-14-336" or args.image_size is not None:
             raise ValueError("--backbone and --image-size go with --zero-shot; a run folder fixes its own")
@@ -361,7 +370,7 @@ def _out_of_memory(err: RuntimeError) -> bool:
 def _make_toy(args) -> int:
     """``make-toy-bmad``: NumPy and PIL only (no torch), so it starts at once."""
     from adsim.data.toy import make_toy_bmad
-    from adsim.runtime.files import check_writable
+    from adsim.runtime.files import check_writable, os_error_line
 
     try:
         check_writable(args.dir, "make-toy-bmad DIR")  # before any work
@@ -370,7 +379,7 @@ def _make_toy(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except OSError as err:
-        print(f"error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
+        print(f"error: {os_error_line(err)}", file=sys.stderr)
         return 2
     print(f"wrote SIMULATED toy BMAD to {root}")
     return 0
@@ -383,15 +392,17 @@ def main(argv=None) -> int:
         return _make_toy(args)
     # torch and the command's code load here, after parsing (``--help`` never gets this far)
     from adsim.runtime import distributed
-    from adsim.runtime.files import check_writable
-    from poolsim import FolderBusyError, cluster
+    from adsim.runtime.files import check_writable, os_error_line, remove_stale_temporaries
+    from poolsim import FolderBusyError, cluster, folder_lock
 
     try:
         if args.command in ("train", "eval"):  # torchrun: join the process group (no-op otherwise)
             distributed.setup(args.device, args.dist_timeout)
 
         if args.command == "predict":
-            print(_predict(args))
+            check_writable(args.out)  # before any work
+            with folder_lock(args.out, wait=args.wait):  # one writer per output folder
+                print(_predict(args))
         elif args.command == "convert-run":
             print(_convert_run(args.run))
         elif args.command in ("protocol", "sweep", "figures"):
@@ -420,7 +431,11 @@ def main(argv=None) -> int:
             if cfg.select == "test":
                 print("WARNING: select='test' selects the checkpoint on the TARGET's test set "
                       "(authors' protocol): the result is optimistic and not zero-shot", file=sys.stderr)
-            with warnings.catch_warnings():  # a compiler failure: one "warning:" line, the run goes on eagerly
+            # one writer per run folder: the main process holds the lock (torchrun's other ranks write nothing)
+            lock = folder_lock(args.out, wait=args.wait) if distributed.is_main() else contextlib.nullcontext()
+            with lock, warnings.catch_warnings():  # a compiler failure: one "warning:" line, the run goes on
+                if distributed.is_main():
+                    remove_stale_temporaries(args.out)
                 warnings.showwarning = _one_line_for(CompileFallbackWarning, warnings.showwarning)
                 warnings.simplefilter("always", CompileFallbackWarning)
                 out = train(cfg, resume=args.resume, progress=args.progress, trunk_cache=args.trunk_cache,
@@ -431,17 +446,14 @@ def main(argv=None) -> int:
             metrics = _eval(args)
             if distributed.is_main():
                 print(json.dumps(metrics, indent=2))
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except FolderBusyError as err:  # another driver writes --out: one line naming its PID and host
+    except (ValueError, FolderBusyError) as err:  # FolderBusyError: another process writes to --out
         print(f"error: {err}", file=sys.stderr)
         return 2
     except cluster.GridFailed as err:  # cells that failed as jobs: one line each, with its log
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except OSError as err:  # e.g. a disk that fills during the run: one line, never a traceback
-        print(f"error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
+    except OSError as err:  # a full disk, a read-only folder: one line naming the file, never a traceback
+        print(f"error: {os_error_line(err)}", file=sys.stderr)
         return 2
     except RuntimeError as err:
         if _out_of_memory(err):

@@ -33,17 +33,26 @@ path, unchanged), anything deeper as float32 in ``[0, 1]``, and the window as te
   integer and float images get the percentile window.
 
 Limits: :data:`MAX_PIXELS` per 2-D picture and :data:`MAX_VOXELS` per volume or multi-frame file, checked
-from the header before any pixel is decoded (PIL's ``MAX_IMAGE_PIXELS`` idea, for every format); a
-larger input is refused. Non-finite voxels (NaN backgrounds of processed NIfTI maps) are set to the
-window's low end, and the window text says how many there were. Every failure is an
-:class:`UnreadableInput` (a ``ValueError``) whose message says why in one line.
+from the header before any pixel is decoded (PIL's ``MAX_IMAGE_PIXELS`` idea, for every format; PIL's
+own decompression-bomb warning is an error here, also inside compressed DICOM), and at most
+:data:`MAX_ITEMS` frames or slices per file (and no more than the file has bytes); a larger input is
+refused. Non-finite voxels (NaN backgrounds of processed NIfTI maps) are set to the window's low end,
+and the window text says how many there were.
+
+Damaged files: every failure of reading a file's content, whatever the library raised, is one
+:class:`UnreadableInput` (a ``ValueError``) naming the file and saying why on one line; a damaged
+volume fails once (the failure is remembered for its other slices or frames). While adsim reads a
+file, the log records and warnings of pydicom, nibabel and PIL are dropped (:func:`quiet_readers`):
+the reason reaches the user once, in the error. ``tests/adsim/_fuzz_readers.py`` fuzzes all of this
+(docs/fuzzing.md).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
-import struct
+import logging
+import math
 import warnings
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -55,6 +64,8 @@ MAX_PIXELS = 2 ** 26   # PIL's own bomb limit is about 89 M pixels
 """Largest 2-D picture read (8192 x 8192 pixels); a larger one is refused as unreadable."""
 MAX_VOXELS = 2 ** 28
 """Largest volume or multi-frame file read (1 GiB as float32, e.g. 512 x 512 x 1024 voxels)."""
+MAX_ITEMS = 2 ** 16
+"""Most frames or slices read from one file; a file claiming more is refused as unreadable."""
 PERCENTILES = (0.5, 99.5)
 AXES = ("axial", "coronal", "sagittal")
 _AXIS_CODES = {"axial": "SI", "coronal": "AP", "sagittal": "LR"}
@@ -64,7 +75,20 @@ EIGHT_BIT = "8-bit [0, 255]"
 
 
 class UnreadableInput(ValueError):
-    """A file that cannot be read as an image (the message says why, in one line)."""
+    """A file that cannot be read as an image. ``reason``: why, in one line of plain words; ``path``: the
+    file (None for an in-memory image). The message is ``"<path>: <reason>"``."""
+
+    def __init__(self, reason: str, path=None):
+        self.reason = _one_line(reason)
+        self.path = None if path is None else str(path)
+        super().__init__(self.reason if self.path is None else f"{self.path}: {self.reason}")
+
+    def __reduce__(self):  # pickled with its fields (DataLoader workers send exceptions between processes)
+        return (type(self), (self.reason, self.path))
+
+    def naming(self, path) -> "UnreadableInput":
+        """This error naming ``path`` (itself if it names a file already)."""
+        return self if self.path is not None or path is None else UnreadableInput(self.reason, path)
 
 
 @dataclass(frozen=True)
@@ -137,23 +161,66 @@ def is_dicom(path) -> bool:
         return False
 
 
-# what the DICOM and NIfTI libraries raise for a file that is not (all) there, in a form they do not
-# know, or compressed without a decoder (pydicom: RuntimeError; missing elements: AttributeError)
-_READ_ERRORS = (OSError, EOFError, ValueError, TypeError, KeyError, AttributeError, IndexError, RuntimeError,
-                NotImplementedError, zlib.error, struct.error)
-
-
-def _library_errors() -> tuple:
-    # pydicom and nibabel are the adsim extra's optional readers: imported where a file needs them
-    from nibabel.filebasedimages import ImageFileError
-    from pydicom.errors import InvalidDicomError
-
-    return (*_READ_ERRORS, InvalidDicomError, ImageFileError)
-
-
-def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split()) or type(err).__name__
+def _one_line(err) -> str:
+    """``err`` (an exception or a text) on one line of at most 300 characters, without the traceback text
+    some libraries put into their messages (pydicom's ``With tag ... got exception: ... Traceback``)."""
+    text = str(err).split("Traceback (most recent call last)")[0]
+    text = " ".join(text.split()) or type(err).__name__
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+# the libraries whose log records about a damaged file are dropped while adsim reads it: the reason
+# reaches the user once, in the UnreadableInput
+QUIET_LOGGERS = ("pydicom", "nibabel", "PIL")
+
+
+class _DropAll(logging.Filter):
+    def filter(self, record) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def quiet_readers():
+    """While reading: the third-party readers' warnings and log records (:data:`QUIET_LOGGERS` and their
+    children) are dropped, PIL's decompression-bomb warning is an error. Restored on exit; other
+    loggers and the process's warning filters are left alone."""
+    drop = _DropAll()
+    manager = logging.Logger.manager
+    names = [n for n in list(manager.loggerDict) if n.split(".")[0] in QUIET_LOGGERS]
+    loggers = {logging.getLogger(n) for n in (*QUIET_LOGGERS, *names)}
+    for lg in loggers:
+        lg.addFilter(drop)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the libraries' notes on odd element values; failures raise
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            yield
+    finally:
+        for lg in loggers:
+            lg.removeFilter(drop)
+
+
+@contextlib.contextmanager
+def _reading(path, what):
+    """Any failure while reading ``path`` -> one :class:`UnreadableInput` naming it: ``what`` (e.g. "not
+    a readable DICOM file") and the library's message, or ``what(exception)`` when it is callable.
+
+    Every exception is caught here, not a list of types: the file's bytes go through pydicom, nibabel,
+    PIL and their C decoders, whose exceptions for malformed input are no closed, documented set
+    (fuzzing them raised OSError, TypeError, NotImplementedError, OverflowError, SyntaxError, nibabel's
+    HeaderDataError and pydicom's BytesLengthException, among others). Whatever goes wrong while
+    reading a file is a property of that file."""
+    try:
+        with quiet_readers():
+            yield
+    except UnreadableInput as err:
+        raise err.naming(path) from None
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
+        raise UnreadableInput(f"decompression bomb: {_one_line(err)}", path) from None
+    except MemoryError:
+        raise UnreadableInput("reading it needs more memory than is available", path) from None
+    except Exception as err:  # noqa: BLE001 -- see the docstring
+        raise UnreadableInput(what(err) if callable(what) else f"{what}: {_one_line(err)}", path) from None
 
 
 # -- listing ---------------------------------------------------------------------------------------------
@@ -181,9 +248,32 @@ def resolve_axis(axis, affine=None) -> tuple:
 def _dicom_header(path: Path):
     import pydicom  # optional reader, loaded for DICOM files only
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # pydicom's notes on odd element values; failures raise
-        return pydicom.dcmread(path, stop_before_pixels=True)
+    return pydicom.dcmread(path, stop_before_pixels=True)
+
+
+class _Header(NamedTuple):
+    """What listing needs of a DICOM header, as plain values (pydicom converts element values lazily, so
+    a damaged element fails where it is first used: here, inside :func:`_reading`)."""
+    frames: int
+    pixels: int  # Rows x Columns x SamplesPerPixel; 0 without Rows/Columns
+    description: str
+    series: str
+    number: str
+    instance: float
+
+
+def _summary(path: Path) -> _Header | None:
+    """The header of the DICOM file ``path``, or None when it cannot be read."""
+    try:
+        with _reading(path, "not a readable DICOM header"):
+            ds = _dicom_header(path)
+            pixels = (int(ds.get("Rows", 0) or 0) * int(ds.get("Columns", 0) or 0)
+                      * int(ds.get("SamplesPerPixel", 1) or 1)) if "Rows" in ds and "Columns" in ds else 0
+            return _Header(int(ds.get("NumberOfFrames", 1) or 1), pixels, _description(ds),
+                           str(ds.get("SeriesInstanceUID", "") or ""), str(ds.get("SeriesNumber", "") or "").strip(),
+                           _instance(ds))
+    except UnreadableInput:
+        return None
 
 
 def _description(ds) -> str:
@@ -193,41 +283,47 @@ def _description(ds) -> str:
 def expand(path, *, axis="axial") -> list:
     """Items of one file: ``[Path]`` for a plain image, else one :class:`Source` per frame or slice (a
     one-picture DICOM/NIfTI: one ``Source`` of kind ``"image"``). A header that cannot be read leaves one
-    item, refused with the reason when it is read."""
+    item, refused with the reason when it is read; so does a file of more than :data:`MAX_ITEMS` frames
+    or slices."""
     path = Path(path)
     resolve_axis(axis)  # a bad axis is the caller's error, whatever the file
     if is_nifti(path):
         return _expand_nifti(path, axis)
     if is_dicom(path):
-        try:
-            ds = _dicom_header(path)
-        except _library_errors():
-            return [Source(path)]
-        return _expand_dicom(path, ds)
+        header = _summary(path)
+        return [Source(path)] if header is None else _expand_dicom(path, header)
     return [path]
 
 
-def _expand_dicom(path: Path, ds, volume: str | None = None) -> list:
-    frames = int(ds.get("NumberOfFrames", 1) or 1)
-    desc = _description(ds)
-    size = int(ds.get("Rows", 0) or 0) * int(ds.get("Columns", 0) or 0) * int(ds.get("SamplesPerPixel", 1) or 1)
-    if frames > 1 and "Rows" in ds and size * frames <= MAX_VOXELS:
-        return [Source(path, "frame", i, volume=str(path), description=desc) for i in range(frames)]
-    return [Source(path, volume=volume, description=desc)]
+def _frame_limit(path: Path) -> int:
+    """At most :data:`MAX_ITEMS` pictures per file, and no more than its bytes (each frame or slice is
+    stored in at least one byte)."""
+    try:
+        return min(MAX_ITEMS, path.stat().st_size)
+    except OSError:
+        return 1
+
+
+def _expand_dicom(path: Path, h: _Header, volume: str | None = None) -> list:
+    if 1 < h.frames <= _frame_limit(path) and h.pixels and h.pixels * h.frames <= MAX_VOXELS:
+        return [Source(path, "frame", i, volume=str(path), description=h.description) for i in range(h.frames)]
+    return [Source(path, volume=volume, description=h.description)]
 
 
 def _expand_nifti(path: Path, axis) -> list:
     import nibabel  # optional reader, loaded for NIfTI files only
 
     try:
-        img = nibabel.load(path)  # the header; voxels are read on first access
-        shape = img.shape
-        ax, name = resolve_axis(axis, img.affine)
-    except _library_errors():
+        with _reading(path, "not a readable NIfTI header"):
+            img = nibabel.load(path)  # the header; voxels are read on first access
+            shape = tuple(int(n) for n in img.shape)
+            ax, name = resolve_axis(axis, img.affine)
+    except UnreadableInput:
         return [Source(path)]
     if len(shape) == 4 and shape[3] == 1:
         shape = shape[:3]
-    if len(shape) != 3 or shape[ax] == 1 or int(np.prod(shape)) > MAX_VOXELS:
+    if (len(shape) != 3 or shape[ax] == 1 or int(np.prod(shape)) > MAX_VOXELS
+            or shape[ax] > _frame_limit(path)):
         return [Source(path)]  # 2-D: one image; 4-D, others and too large: refused with the reason on reading
     return [Source(path, "slice", k, ax, name, volume=str(path)) for k in range(shape[ax])]
 
@@ -238,36 +334,29 @@ def expand_folder(folder, *, axis="axial") -> list:
     is, ordered by Instance Number (then name), and form one volume named ``<folder> [series N]``."""
     folder = Path(folder)
     files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
-    headers = {}
-    for p in files:
-        if not is_nifti(p) and is_dicom(p):
-            try:
-                headers[p] = _dicom_header(p)
-            except _library_errors():
-                headers[p] = None
+    headers = {p: _summary(p) for p in files if not is_nifti(p) and is_dicom(p)}
     series = {}
-    for p, ds in headers.items():
-        if ds is not None and int(ds.get("NumberOfFrames", 1) or 1) == 1 and ds.get("SeriesInstanceUID"):
-            series.setdefault(str(ds.SeriesInstanceUID), []).append(p)
+    for p, h in headers.items():
+        if h is not None and h.frames == 1 and h.series:
+            series.setdefault(h.series, []).append(p)
     items, done = [], set()
     for p in files:
         if p in done:
             continue
-        ds = headers.get(p, False)
-        if ds is False:
+        h = headers.get(p, False)
+        if h is False:
             items += expand(p, axis=axis)
-        elif ds is None:
+        elif h is None:
             items.append(Source(p))
         else:
-            group = series.get(str(ds.get("SeriesInstanceUID", "")), [p])
+            group = series.get(h.series, [p]) if h.series else [p]
             if len(group) > 1:
-                number = ds.get("SeriesNumber", "")
-                volume = f"{folder} [series {number if str(number).strip() else ds.SeriesInstanceUID}]"
-                order = sorted(group, key=lambda q: (_instance(headers[q]), q.name))
+                volume = f"{folder} [series {h.number or h.series}]"
+                order = sorted(group, key=lambda q: (headers[q].instance, q.name))
                 items += [_expand_dicom(q, headers[q], volume)[0] for q in order]
                 done.update(group)
             else:
-                items += _expand_dicom(p, ds)
+                items += _expand_dicom(p, h)
     return items
 
 
@@ -283,16 +372,18 @@ def _instance(ds) -> float:
 def decode(src) -> Decoded:
     """The picture of ``src`` (a path, a :class:`Source` or an open PIL image) and its window. A DICOM
     multi-frame file or a 3-D NIfTI given as a plain path is refused (list it with :func:`expand`: one
-    item per frame or slice). Any failure -> :class:`UnreadableInput` with the reason."""
+    item per frame or slice). Any failure -> one :class:`UnreadableInput` naming the file and the reason;
+    no other exception comes out of a file's content."""
     if isinstance(src, Image.Image):
-        return decode_pil(src)
+        with _reading(None, "not a readable image"):
+            return decode_pil(src)
     if not isinstance(src, Source):
         path = Path(src)
         if is_nifti(path) or is_dicom(path):
             items = expand(path)
             if len(items) != 1:
                 raise UnreadableInput(f"{len(items)} pictures ({items[0].kind}s) in one file: list it with "
-                                      "adsim.data.images.image_items (one item per frame or slice)")
+                                      "adsim.data.images.image_items (one item per frame or slice)", path)
             src = items[0]
         else:
             return _decode_file(path)
@@ -302,18 +393,36 @@ def decode(src) -> Decoded:
 
 
 def _decode_file(path: Path) -> Decoded:
-    try:
-        with warnings.catch_warnings():
-            # PIL warns about a decompression bomb before it raises; either way it is refused here
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as im:
-                _check_pixels(im.size[0] * im.size[1], f"{im.size[0]} x {im.size[1]}")
-                im.load()
-                decoded = decode_pil(im)
-                # the 8-bit image outlives the open file (closing it frees the image's memory)
-                return decoded._replace(pixels=im.copy()) if decoded.pixels is im else decoded
-    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
-        raise UnreadableInput(f"decompression bomb: {_one_line(err)}") from None
+    # PIL warns about a decompression bomb before it raises; either way it is refused (_reading). The
+    # reason is PIL's error as it names itself, e.g. "UnidentifiedImageError: cannot identify image file"
+    with _reading(path, lambda err: f"{type(err).__name__}: {_one_line(err)}"), Image.open(path) as im:
+        _check_pixels(im.size[0] * im.size[1], f"{im.size[0]} x {im.size[1]}")
+        im.load()
+        decoded = decode_pil(im)
+        # the 8-bit image outlives the open file (closing it frees the image's memory)
+        return decoded._replace(pixels=im.copy()) if decoded.pixels is im else decoded
+
+
+def _remember_failure(read):
+    """``read(path, mtime_ns, size)`` keeping its last outcome, result or :class:`UnreadableInput`
+    (``functools.lru_cache`` of one): the frames or slices of one file are read in a row, and a damaged
+    file is read once, not once per frame or slice."""
+    @functools.lru_cache(maxsize=1)
+    def outcome(*key):
+        try:
+            return read(*key), None
+        except UnreadableInput as err:
+            return None, err
+
+    @functools.wraps(read)
+    def cached(*key):
+        value, err = outcome(*key)
+        if err is not None:
+            raise UnreadableInput(err.reason, err.path)
+        return value
+
+    cached.cache_clear = outcome.cache_clear
+    return cached
 
 
 def _check_pixels(n: int, what: str, limit: int = MAX_PIXELS, unit: str = "pixels") -> None:
@@ -361,12 +470,8 @@ def _finite(values: np.ndarray, lo: float, text: str) -> tuple:
 # -- DICOM -----------------------------------------------------------------------------------------------
 
 def _dicom(src: Source) -> Decoded:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # pydicom's notes on odd element values; failures raise
-        try:
-            ds = _dicom_header(src.path)
-        except _library_errors() as err:
-            raise UnreadableInput(f"not a readable DICOM file: {_one_line(err)}") from None
+    with _reading(src.path, "not a readable DICOM file"):
+        ds = _dicom_header(src.path)
         if "Rows" not in ds or "Columns" not in ds:
             sop = ds.get("SOPClassUID")
             what = getattr(sop, "name", None) or str(sop or "unknown SOP class")
@@ -375,7 +480,7 @@ def _dicom(src: Source) -> Decoded:
             rows, cols = int(ds.Rows), int(ds.Columns)
             frames = int(ds.get("NumberOfFrames", 1) or 1)
             samples = int(ds.get("SamplesPerPixel", 1) or 1)
-        except _library_errors() as err:
+        except Exception as err:  # noqa: BLE001 -- any damaged value: the reason names the header
             raise UnreadableInput(f"DICOM header without a usable image size: {_one_line(err)}") from None
         _check_pixels(rows * cols, f"{rows} x {cols}")
         _check_pixels(rows * cols * frames * samples, f"{rows} x {cols} x {frames} frames x {samples} samples",
@@ -384,19 +489,22 @@ def _dicom(src: Source) -> Decoded:
             raise UnreadableInput(f"{frames} frames in one file: list it with adsim.data.images.image_items "
                                   "(one item per frame)")
         stat = src.path.stat()
-        try:
-            return _dicom_picture(_dicom_file(str(src.path), stat.st_mtime_ns, stat.st_size), src.index)
-        except UnreadableInput:
-            raise
-        except _library_errors() as err:
-            raise UnreadableInput(_decoder_reason(ds, err)) from None
+    file = _dicom_file(str(src.path), stat.st_mtime_ns, stat.st_size)
+    with _reading(src.path, "DICOM pixel data cannot be decoded"):
+        return _dicom_picture(file, src.index)
 
 
 def _decoder_reason(ds, err) -> str:
-    syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
+    """Why pixel data did not decode: no installed decoder for its transfer syntax, or damaged data."""
     text = _one_line(err)
-    if syntax is not None and syntax.is_compressed and ("missing dependencies" in text or "plugin" in text
-                                                        or "support" in text):
+    try:
+        from pydicom.pixels import get_decoder
+
+        syntax = ds.file_meta.TransferSyntaxUID
+        missing = syntax.is_compressed and not get_decoder(syntax).is_available
+    except Exception:  # noqa: BLE001 -- no usable transfer syntax: the data's own error says enough
+        missing = False
+    if missing:
         return (f"compressed as {syntax.name} and no installed decoder reads it (pydicom: {text}); "
                 "pip install pylibjpeg pylibjpeg-libjpeg pylibjpeg-openjpeg, or gdcm")
     return f"DICOM pixel data cannot be decoded: {text}"
@@ -434,15 +542,22 @@ def dicom_window(ds, dtype) -> tuple:
         "" if function == "LINEAR" else f" {function}")
 
 
-@functools.lru_cache(maxsize=1)
+@_remember_failure
 def _dicom_file(path: str, mtime_ns: int, size: int) -> tuple:
     """``(ds, stored pixels, photometric, (lo, hi, text), modality values or None)`` of the last file read:
     every frame is decoded once (the frames of one file are read in a row). Monochrome files without a
     VOI keep their modality values (float32) and the percentile window of all frames."""
     import pydicom
+
+    with _reading(path, "not a readable DICOM file"):
+        ds = pydicom.dcmread(path)
+    with _reading(path, lambda err: _decoder_reason(ds, err)):
+        return _dicom_pixels(ds)
+
+
+def _dicom_pixels(ds) -> tuple:
     from pydicom.pixels import apply_color_lut, apply_modality_lut
 
-    ds = pydicom.dcmread(path)
     stored = ds.pixel_array
     photometric = str(ds.get("PhotometricInterpretation", "MONOCHROME2")).strip()
     if photometric not in ("MONOCHROME1", "MONOCHROME2"):
@@ -485,13 +600,9 @@ def _dicom_picture(file: tuple, index) -> Decoded:
 def _nifti(src: Source) -> Decoded:
     import nibabel
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # nibabel's notes on odd headers; failures raise
-        try:
-            img = nibabel.load(src.path)
-            shape = tuple(int(n) for n in img.shape)
-        except _library_errors() as err:
-            raise UnreadableInput(f"not a readable NIfTI file: {_one_line(err)}") from None
+    with _reading(src.path, "not a readable NIfTI file"):
+        img = nibabel.load(src.path)
+        shape = tuple(int(n) for n in img.shape)
         if len(shape) == 4 and shape[3] == 1:
             shape = shape[:3]
         if len(shape) not in (2, 3):
@@ -500,36 +611,32 @@ def _nifti(src: Source) -> Decoded:
                                   "nibabel.funcs.four_to_three")
         _check_pixels(int(np.prod(shape)), " x ".join(map(str, shape)), MAX_VOXELS, "voxels")
         stat = src.path.stat()
-        try:
-            volume, (lo, hi, text) = _nifti_volume(str(src.path), stat.st_mtime_ns, stat.st_size)
-        except UnreadableInput:
-            raise
-        except _library_errors() as err:
-            raise UnreadableInput(f"NIfTI voxel data cannot be read (truncated or corrupt?): {_one_line(err)}") \
-                from None
-    volume = volume.reshape(shape)
-    if src.kind == "slice":
-        picture = np.take(volume, src.index, axis=src.axis)
-    else:
-        picture = volume.reshape([n for n in shape if n != 1] or [1])
-        if picture.ndim != 2:
-            raise UnreadableInput(f"NIfTI of shape {shape} is not one 2-D picture: list it with "
-                                  "adsim.data.images.image_items (one item per slice)")
-    _check_pixels(picture.size, " x ".join(map(str, picture.shape)))
-    return Decoded(window_to_unit(np.ascontiguousarray(picture.T[::-1]), lo, hi), text)
+    volume, (lo, hi, text) = _nifti_volume(str(src.path), stat.st_mtime_ns, stat.st_size)
+    with _reading(src.path, "NIfTI voxel data do not fit its header"):
+        volume = volume.reshape(shape)
+        if src.kind == "slice":
+            picture = np.take(volume, src.index, axis=src.axis)
+        else:
+            picture = volume.reshape([n for n in shape if n != 1] or [1])
+            if picture.ndim != 2:
+                raise UnreadableInput(f"NIfTI of shape {shape} is not one 2-D picture: list it with "
+                                      "adsim.data.images.image_items (one item per slice)")
+        _check_pixels(picture.size, " x ".join(map(str, picture.shape)))
+        return Decoded(window_to_unit(np.ascontiguousarray(picture.T[::-1]), lo, hi), text)
 
 
-@functools.lru_cache(maxsize=1)
+@_remember_failure
 def _nifti_volume(path: str, mtime_ns: int, size: int) -> tuple:
     # the last volume read, whole (its slices are read in a row; a .nii.gz is decompressed once)
     import nibabel
 
-    img = nibabel.load(path)
-    volume = np.asarray(img.dataobj, dtype=np.float32)
-    cal_min, cal_max = float(img.header.get("cal_min", 0) or 0), float(img.header.get("cal_max", 0) or 0)
-    if cal_max > cal_min:
-        lo, hi, text = cal_min, cal_max, f"NIfTI cal_min/cal_max [{cal_min:.6g}, {cal_max:.6g}]"
-    else:
-        lo, hi, text = percentile_window(volume)
-    volume, text = _finite(volume, lo, text)
-    return volume, (lo, hi, text)
+    with _reading(path, "NIfTI voxel data cannot be read (truncated or corrupt?)"):
+        img = nibabel.load(path)
+        volume = np.asarray(img.dataobj, dtype=np.float32)
+        cal_min, cal_max = float(img.header.get("cal_min", 0) or 0), float(img.header.get("cal_max", 0) or 0)
+        if math.isfinite(cal_min) and math.isfinite(cal_max) and cal_max > cal_min:
+            lo, hi, text = cal_min, cal_max, f"NIfTI cal_min/cal_max [{cal_min:.6g}, {cal_max:.6g}]"
+        else:
+            lo, hi, text = percentile_window(volume)
+        volume, text = _finite(volume, lo, text)
+        return volume, (lo, hi, text)

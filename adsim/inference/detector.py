@@ -11,7 +11,8 @@ normalisation when the method's ``clip_norm``); only what the caller keeps accum
 does not grow with the number of images (``maps=False`` and ``overlays=DIR`` keep no map at all).
 
 Bad input: an unreadable or non-image file is skipped with one :class:`UnreadableImageWarning` line
-naming it (``strict=True``: ``ValueError``); a run folder this adsim version cannot rebuild (a config
+naming it and the reason (one line for a damaged volume, not one per slice; ``strict=True``:
+``ValueError``); a run folder this adsim version cannot rebuild (a config
 field unknown to it or missing, a value it does not know, another backbone, a head state dict that
 does not fit) raises ``ValueError`` naming what differs.
 """
@@ -29,7 +30,7 @@ from tqdm.auto import tqdm
 from adsim.config.run import TrainConfig, validate
 from adsim.data import bmad
 from adsim.data.images import image_items
-from adsim.data.medical import Source
+from adsim.data.medical import Source, UnreadableInput
 from adsim.inference.overlays import overlay_names, write_overlay
 from adsim.inference.scoring import run_score
 from adsim.methods import catalog, registry
@@ -192,6 +193,8 @@ class _Images(torch.utils.data.Dataset):
         try:
             image, window = bmad.load_image(src, self.size, clip_norm=self.clip_norm)
             return {"index": i, "image": image, "window": window}
+        except UnreadableInput as err:  # names the file itself: the reason alone
+            return {"index": i, "error": err.reason}
         except bmad.UNREADABLE as err:
             return {"index": i, "error": f"{type(err).__name__}: {err}"}
 
@@ -298,12 +301,18 @@ class Detector:
         loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                                              collate_fn=_collate, pin_memory=self.device.type == "cuda")
         paths, scores, all_maps, records = [], [], [], []
+        warned = set()  # (file, reason): a damaged volume is one warning, not one per slice or frame
         for batch in tqdm(loader, desc="predict", disable=not progress, leave=False):
             for i, err in batch["errors"]:
+                name, src = items[i]
+                if isinstance(src, Source):
+                    name = str(src.path)
                 if strict:
-                    raise ValueError(f"cannot read {_printable(items[i][0])} as an image ({err})")
-                warnings.warn(f"skipped {_printable(items[i][0])}: not a readable image ({err})",
-                              UnreadableImageWarning, stacklevel=2)
+                    raise ValueError(f"cannot read {_printable(name)} as an image ({err})")
+                if (name, err) not in warned:
+                    warned.add((name, err))
+                    warnings.warn(f"skipped {_printable(name)}: not a readable image ({err})",
+                                  UnreadableImageWarning, stacklevel=2)
             if batch["image"] is None:
                 continue
             out = self._forward(batch["image"], maps or overlays is not None)

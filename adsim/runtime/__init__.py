@@ -8,7 +8,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submodules=['device', 'distributed', 'files', 'io'],
     submod_attrs={
-        'files': ['check_writable'],
+        'files': ['check_writable', 'os_error_line', 'remove_stale_temporaries'],
         'io': ['UnsafeCheckpointError', 'convert_checkpoint', 'load_torch', 'plain', 'read_json', 'save_torch', 'write_json'],
         'device': ['PRECISIONS', 'autocast_dtype', 'device_name', 'resolve_device'],
     },

@@ -26,3 +26,28 @@ def check_writable(folder, what: str = "--out") -> Path:
     except OSError as err:
         raise ValueError(f"{what} {folder} is not writable ({err.strerror or err})") from None
     return folder
+
+
+def os_error_line(err: OSError) -> str:
+    """One line for an ``OSError``: why, and which file (e.g. ``No space left on device:
+    RUN/checkpoint_last.pt``)."""
+    why = err.strerror or str(err) or type(err).__name__
+    return f"{why}: {err.filename}" if err.filename else why
+
+
+def remove_stale_temporaries(folder) -> list:
+    """Remove the temporary files ``poolsim.atomic_write`` leaves in ``folder`` when its process is killed
+    mid-write (``.<name>.<random>.tmp``); returns their paths. Call it only while holding the folder's
+    lock (``poolsim.folder_lock``): another writer's temporary file would be removed under it."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    gone = []
+    for p in folder.iterdir():
+        if p.name.startswith(".") and p.name.endswith(".tmp") and p.is_file():
+            try:
+                p.unlink()
+                gone.append(p)
+            except OSError:
+                continue  # not ours to remove (permissions): it does no harm
+    return gone

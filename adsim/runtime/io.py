@@ -11,6 +11,7 @@ which allows NumPy's array and scalar constructors and nothing else.
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import pickle
 import re
@@ -79,9 +80,13 @@ def plain(obj, where: str = "checkpoint"):
 
 
 def save_torch(path, obj) -> Path:
-    """Write ``obj`` (made :func:`plain`) with ``torch.save``, atomically."""
+    """Write ``obj`` (made :func:`plain`) with ``torch.save``, atomically. The file is serialised in memory
+    first: torch's zip writer turns a failed write into an unrelated ``RuntimeError`` ("unexpected
+    pos"), while a plain write of the bytes gives the ``OSError`` that says why (a full disk: ENOSPC)."""
     obj = plain(obj, str(path))
-    return atomic_write(path, lambda fh: torch.save(obj, fh))
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return atomic_write(path, lambda fh: fh.write(buf.getbuffer()))
 
 
 # how torch's refusal names the object it would have had to build

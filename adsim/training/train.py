@@ -5,7 +5,9 @@ method whose ``Trainer`` asks for it, sequentially (the domains one at a time; :
 The target's data is never read unless ``select="test"`` (the authors' protocol, clearly labelled as
 optimistic in every output). Default: fixed number of epochs, last checkpoint. One backward pass per
 step; autocast (bf16 on GPU, none on CPU; fp16 only with a GradScaler); gradient clipping; a checkpoint
-after every epoch, written atomically, so a killed run resumes at the first unfinished epoch.
+after every epoch, written atomically (a reader sees the previous checkpoint or the new one, never a part),
+so a run killed at any moment -- even by SIGKILL inside a write -- resumes at the first unfinished epoch and
+ends bitwise where the uninterrupted run ends (tests/adsim/test_adsim_crash.py, benchmarks/crash_soak.py).
 """
 from __future__ import annotations
 
@@ -194,9 +196,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     last = out / "checkpoint_last.pt"
     if last.exists() and not resume:
         raise ValueError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
+    if resume and not last.exists():
+        resume = False  # stopped before its first checkpoint (or never started): it starts over
     if resume:
-        if not last.exists():
-            raise ValueError(f"--resume: no checkpoint {last}")
         saved = read_json(out / "config.json")["config"]
         now = _jsonable(cfg._asdict())
         diff = sorted(k for k in now if k != "epochs" and now[k] != saved.get(k))
@@ -242,7 +244,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     # where training goes on: (phase, epoch) -- the phase is the domain index when sequential, else 0
     start, history, best = (0, 0), [], None
     if resume:
-        ckpt = load_torch(last, map_location=device)
+        ckpt = resume_checkpoint(last, device)
         phase = ckpt.get("domain") or 0
         if sequential:  # the checkpoint's parameters exist once every domain it started has started
             for d in range(phase + 1):
@@ -252,6 +254,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         opt.load_state_dict(ckpt["optimizer"])
         scaler.load_state_dict(ckpt["scaler"])
         start, history, best = (phase, ckpt["epoch"] + 1), ckpt["history"], ckpt["best"]
+        if ddp.rank == 0:  # as the checkpoint has it: a stop between the two writes left it an epoch behind
+            write_json(out / "history.json", {"history": history, "best": best, "select": cfg.select})
     dataset = bmad.ImageDataset(samples, spec.image_size, clip_norm=cfg.clip_norm)
     loss_fn, regions = None, None
     if trainer is None:
@@ -324,6 +328,21 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         run_phase(domain, first, data, opt, forward, loss_fn, regions)
     distributed.barrier()  # the files exist for every rank when train() returns
     return out
+
+
+RESUME_KEYS = ("epoch", "head", "optimizer", "scaler", "history", "best")
+
+
+def resume_checkpoint(path: Path, device) -> dict:
+    """``checkpoint_last.pt`` for ``--resume``: a torch file (``adsim.runtime.io.load_torch``; a damaged
+    or truncated file -> ``ValueError`` naming it) holding every entry a resume needs
+    (:data:`RESUME_KEYS`; otherwise ``ValueError`` naming the missing ones)."""
+    ckpt = load_torch(path, map_location=device)
+    missing = [k for k in RESUME_KEYS if k not in ckpt]
+    if missing or not isinstance(ckpt["head"], dict) or not isinstance(ckpt["history"], list):
+        raise ValueError(f"checkpoint {path} lacks {missing or 'a head state dict and a history list'}: "
+                         "not a complete adsim training checkpoint")
+    return ckpt
 
 
 def _jsonable(obj):
