@@ -306,6 +306,8 @@ def run(out, source_for_seed, settings: Settings, *, targets=None, methods=tuple
                                      if any(r != m for m, r in shared.items()) else None)}
     if (out / "protocol.json").exists():
         saved = read_json(out / "protocol.json")["settings"]
+        if isinstance(saved.get("recipe"), dict):  # a recipe field added since then: the Recipe default it ran
+            saved = {**saved, "recipe": json.loads(json.dumps(recipes.as_dict(recipes.from_dict(saved["recipe"]))))}
         now = json.loads(json.dumps(record["settings"]))
         diff = sorted(k for k in now if now[k] != saved.get(k))
         if diff:
