@@ -97,8 +97,8 @@ class Recipe:
     prompts: str = "medical"
     clip_norm: bool = True
     adapter_bias: bool = True
-    # the CLIP towers' MLP activation: QuickGELU (the OpenAI weights' own) or exact GELU (open_clip's
-    # ``force_quick_gelu`` off, what a reference that builds ``CLIP(**model_cfg)`` without ``quick_gelu`` runs)
+    # the CLIP towers' MLP activation: QuickGELU (the OpenAI weights' own) or exact GELU (what a reference that
+    # builds ``CLIP(**model_cfg)`` from a config without ``quick_gelu`` runs)
     quick_gelu: bool = True
     # training images replaced, with this probability, by a 2 x 2 mosaic of four images of the same domain
     # (adsim.data.mosaic; the ``aug_rate`` of APRIL-GAN's and AdaCLIP's data sets); 0: never

@@ -74,9 +74,9 @@ def build_backbone(name: str = "ViT-L-14-336", *, image_size: int | None = None,
                    device: str | torch.device = "cpu") -> Backbone:
     """Create the frozen open_clip model.
 
-    ``quick_gelu``: the MLP activation of both towers, set explicitly either way (open_clip's model-config
-    ``quick_gelu`` overridden: ``force_quick_gelu`` could only turn it on, so ``False`` left a config that
-    names QuickGELU, such as ``adsim-tiny``'s, on QuickGELU). ``True`` (default): QuickGELU, the activation
+    ``quick_gelu``: the MLP activation of both towers, set either way (passed to open_clip as a model keyword,
+    which overrides the model config's ``quick_gelu``, e.g. ``adsim-tiny``'s ``true``; open_clip's
+    ``force_quick_gelu`` can only turn it on). ``True`` (default): QuickGELU, the activation
     the OpenAI weights were trained with; ``False``: exact ``nn.GELU``, what a reference that builds
     ``CLIP(**model_cfg)`` from open_clip's ``ViT-L-14-336`` config runs (the recipe field ``quick_gelu``).
     ``seed`` fixes the random initialisation (so a run with random weights is rebuilt identically at
