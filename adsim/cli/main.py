@@ -50,7 +50,9 @@ def _parser() -> argparse.ArgumentParser:
                          "with torch.jit.load, which is only as safe as the file: use it only from a source you "
                          "trust (none: random weights, warned)")
     tr.add_argument("--image-size", type=int, default=None)
-    tr.add_argument("--no-quick-gelu", dest="quick_gelu", action="store_false")
+    tr.add_argument("--quick-gelu", action=argparse.BooleanOptionalAction, default=None,
+                    help="QuickGELU (the OpenAI weights' own activation) or exact GELU in both CLIP towers "
+                         "(default: the recipe's field quick_gelu, what its reference code runs; docs/recipes.md)")
     tr.add_argument("--no-clip-norm", dest="clip_norm", action="store_const", const=False, default=None,
                     help="skip CLIP mean/std normalisation (as the authors did)")
     tr.add_argument("--epochs", type=int, default=None)
@@ -199,12 +201,12 @@ def _train_config(args):
                  metric=args.metric, gate_mode=args.gate_mode, update=args.update, vaca=args.vaca,
                  gamma=args.gamma, beta_dice=args.beta_dice, beta_focal=args.beta_focal, beta_bce=args.beta_bce,
                  lambda_intra=args.lambda_intra, lambda_inter=args.lambda_inter, lambda_var=args.lambda_var,
-                 select=select)
+                 select=select, quick_gelu=args.quick_gelu)
     recipe = recipes.override(recipes.override(recipes.get(args.recipe), **recipes.parse_sets(args.set)), **flags)
     return config_from_recipe(
         recipe, data=args.data, target=args.target, out=args.out, train_domains=args.train_domains,
         backbone=args.backbone, checkpoint=args.checkpoint, image_size=args.image_size,
-        quick_gelu=args.quick_gelu, grad_clip=args.grad_clip, holdout_frac=args.select_heldout or 0.2,
+        grad_clip=args.grad_clip, holdout_frac=args.select_heldout or 0.2,
         seed=args.seed, device=args.device, precision=args.precision, num_workers=args.num_workers)
 
 

@@ -152,7 +152,8 @@ def main(args) -> str:
         mode = args.mode or settings.recipe["protocol_mode"]
         src = sources.Lazy(sources.real, args.data, backbone=args.backbone, checkpoint=args.checkpoint,
                            image_size=args.image_size, clip_norm=settings.recipe["clip_norm"],
-                           smooth_sigma=settings.recipe["smooth_sigma"], prompts=settings.recipe["prompts"])
+                           smooth_sigma=settings.recipe["smooth_sigma"], prompts=settings.recipe["prompts"],
+                           quick_gelu=settings.recipe["quick_gelu"])
         built = src(0)  # bad data fail here, before any cell; the driver keeps it for its own cells
         res = protocol.run(args.out, src, settings, targets=args.targets, methods=args.methods,
                     orders=args.orders, mode=mode, seeds=seeds, tasks=args.tasks, progress=args.progress,

@@ -52,8 +52,13 @@ CHOICES = {
     "select": ("last", "heldout", "test"),
     "scoring": SCORES,
     "protocol_mode": ("cumulative", "sequential"),
+    # Dice of a pixel map: over each image ("image"), or over each image row averaged over the rows ("row": what
+    # AdaCLIP's loss.py computes at its batch size 1, where trainer.py has squeezed the mask to (H, W))
+    "dice_unit": ("image", "row"),
 }
 """Allowed values of every categorical recipe field: ``field -> tuple of values``."""
+ROW_DICE_METHODS = ("adaclip",)
+"""Methods whose loss implements ``dice_unit="row"`` (validation refuses it for the others)."""
 # Values a field may name but this build cannot run yet: (field, value) -> why.
 NOT_IMPLEMENTED = {
     ("update", "slerp_delta"): "the authors' Delta-weighted slerp (train_zero_da.py:64-70) is not implemented; "
@@ -93,6 +98,12 @@ class Recipe:
     prompts: str = "medical"
     clip_norm: bool = True
     adapter_bias: bool = True
+    # the CLIP towers' MLP activation: QuickGELU (the OpenAI weights' own) or exact GELU (what a reference that
+    # builds ``CLIP(**model_cfg)`` from a config without ``quick_gelu`` runs)
+    quick_gelu: bool = True
+    # training images replaced, with this probability, by a 2 x 2 mosaic of four images of the same domain
+    # (adsim.data.mosaic; the ``aug_rate`` of APRIL-GAN's and AdaCLIP's data sets); 0: never
+    aug_rate: float = 0.0
     # data and optimisation
     train_splits: tuple = ("valid", "test")
     batch_size: int = 16
@@ -101,6 +112,7 @@ class Recipe:
     beta_dice: float = 1.0
     beta_focal: float = 1.0
     beta_bce: float = 1.0
+    dice_unit: str = "image"            # Dice per image, or per image row (AdaCLIP's batch-1 computation)
     lambda_intra: float = 1.0
     lambda_inter: float = 0.1
     lambda_var: float = 0.1
@@ -127,13 +139,14 @@ RECIPES = {
         renorm_after_vaca=True,    # literal: False (not implemented)
         lambda_intra=1.0, lambda_inter=1.0, lambda_var=1.0, protocol_mode="sequential"),
     # The released code (train_zero.py, train_zero_da.py, CLIP/adapter.py, dataset/medical_zero.py,
-    # parse_options.py): lambda = ratio * weight = 0.036 * (0.5 intra, 1.5 inter).
+    # parse_options.py): lambda = ratio * weight = 0.036 * (0.5 intra, 1.5 inter); exact GELU (at 240 px their
+    # CLIP/clip.py create_model builds CLIP(**model_cfg) from a config without quick_gelu).
     "authors": Recipe(
         name="authors", gate_unit="image_mean", gate_filter="skip_step", gate_mode="sequential",
         gate_tau="adaptive", match_branches="seg+det",
         update="slerp",  # literal: Delta-weighted slerp in the domain-addition steps (not implemented)
         loss_metric="geodesic", intra_power=1, inter_form="reciprocal", prompts="mvfa_object", clip_norm=False,
-        adapter_bias=False, train_splits=("test",), batch_size=1, epochs=10, lr=1e-4,
+        adapter_bias=False, quick_gelu=False, train_splits=("test",), batch_size=1, epochs=10, lr=1e-4,
         lambda_intra=0.036 * 0.5, lambda_inter=0.036 * 1.5, lambda_var=1.0, cls_only_pixel_loss="none",
         select="test", scoring="authors_prob_mean",
         smooth_sigma=0.0, protocol_mode="sequential"),
@@ -143,11 +156,12 @@ RECIPES = {
     # CLIP/adapter.py): adapters only (no VACA, no centroids), Resize + ToTensor input, bias-free adapters,
     # the training domains' test splits one image per step, 50 epochs at lr 1e-4, selection on the
     # target's test set, image score = layer sum of the patch-mean probability, pixel map = layer sum of
-    # probabilities, no smoothing. Literal prompts: the domain's name (prompt.py REAL_NAME) -- not
+    # probabilities, no smoothing, exact GELU (CLIP/clip.py create_model at 240 px: no quick_gelu in the config).
+    # Literal prompts: the domain's name (prompt.py REAL_NAME) -- not
     # implemented (one text pair per run); the object word "object" is the Beyond-Pooling fork's.
     "mvfa": Recipe(
         name="mvfa", method="naive", vaca=False, prompts="mvfa_object", clip_norm=False, adapter_bias=False,
-        train_splits=("test",), batch_size=1, epochs=50, lr=1e-4, beta_dice=1.0, beta_focal=1.0, beta_bce=1.0,
+        quick_gelu=False, train_splits=("test",), batch_size=1, epochs=50, lr=1e-4, beta_dice=1.0, beta_focal=1.0, beta_bce=1.0,
         lambda_intra=0.0, lambda_inter=0.0, lambda_var=0.0, cls_only_pixel_loss="none", select="test",
         scoring="authors_prob_mean", smooth_sigma=0.0, protocol_mode="cumulative"),
     # AnomalyCLIP (Zhou et al., ICLR 2024; zqhang/AnomalyCLIP): learned object-agnostic prompts, everything
@@ -161,9 +175,12 @@ RECIPES = {
     # its training settings (train.sh: lr 1e-3 (train.py default), batch 8, 15 epochs -- the VisA-trained run
     # whose checkpoint is tested on MVTec AD; the MVTec-trained one runs 3), Focal + Dice weight 1, no image
     # loss (beta_bce 0), its prompt ensemble (prompt_ensemble.py = MVFA's phrases and templates), CLIP
-    # normalisation (open_clip's preprocess), no map smoothing (test.py has none).
+    # normalisation (open_clip's preprocess), no map smoothing (test.py has none), exact GELU (their open_clip
+    # factory builds the model from a config without quick_gelu at 518 px), the 2 x 2 mosaic with aug_rate 0.2
+    # (train.sh, dataset.py).
     "aprilgan": Recipe(
-        name="aprilgan", method="aprilgan", vaca=False, prompts="mvfa_object", clip_norm=True, batch_size=8,
+        name="aprilgan", method="aprilgan", vaca=False, prompts="mvfa_object", clip_norm=True, quick_gelu=False,
+        aug_rate=0.2, batch_size=8,
         epochs=15, lr=1e-3, beta_dice=1.0, beta_focal=1.0, beta_bce=0.0, lambda_intra=0.0, lambda_inter=0.0,
         lambda_var=0.0, cls_only_pixel_loss="none", select="last", smooth_sigma=0.0, protocol_mode="cumulative"),
     # BiLoRA (Zhu et al., CVPR 2025; no public code): the clean recipe's naive head (no matching, no VACA:
@@ -176,10 +193,13 @@ RECIPES = {
     # AdaCLIP (Cao et al., ECCV 2024; caoyunkang/AdaCLIP): hybrid static + dynamic prompts in both towers, HSF;
     # its training settings (train.py:155-157: 5 epochs, lr 0.01, batch 1), loss weights 1 (trainer.py:123-135:
     # image focal + per-layer focal + two dice terms, unweighted), its prompt ensemble (adaclip.py:151-160),
-    # CLIP normalisation (open_clip's preprocess) and its map smoothing (trainer.py:194, sigma 4 at 518 px).
+    # CLIP normalisation (open_clip's preprocess) and its map smoothing (trainer.py:194, sigma 4 at 518 px); exact
+    # GELU (custom_clip.py builds CLIP(**model_cfg) from a config without quick_gelu); the 2 x 2 mosaic with
+    # aug_rate 0.2 of its default training sets (dataset/base_dataset.py combine_img); Dice per mask row, as
+    # loss.py computes it at batch 1 on the (H, W) mask trainer.py squeezes (N = targets.size()[0] = H).
     "adaclip": Recipe(
-        name="adaclip", method="adaclip", vaca=False, prompts="adaclip_object", clip_norm=True, batch_size=1,
-        epochs=5, lr=0.01, beta_dice=1.0, beta_focal=1.0, beta_bce=1.0, lambda_intra=0.0, lambda_inter=0.0,
+        name="adaclip", method="adaclip", vaca=False, prompts="adaclip_object", clip_norm=True, quick_gelu=False,
+        aug_rate=0.2, batch_size=1, epochs=5, lr=0.01, dice_unit="row", beta_dice=1.0, beta_focal=1.0, beta_bce=1.0, lambda_intra=0.0, lambda_inter=0.0,
         lambda_var=0.0, cls_only_pixel_loss="none", select="last", smooth_sigma=4.0, protocol_mode="cumulative"),
     # Mao et al. (CVPR 2025; github.com/Kerio99/CMAD has no code): no training setting is public, so every value
     # is adsim's choice: APRIL-GAN's optimisation (batch 8, 15 epochs, lr 1e-3), BCE + Focal + Dice weight 1,
@@ -210,7 +230,7 @@ def validate(r: Recipe) -> Recipe:
         v = getattr(r, field)
         if v not in allowed:
             raise ValueError(f"recipe field {field} must be one of {allowed}, got {v!r}")
-    for field in ("vaca", "renorm_after_vaca", "clip_norm", "adapter_bias"):
+    for field in ("vaca", "renorm_after_vaca", "clip_norm", "adapter_bias", "quick_gelu"):
         if not isinstance(getattr(r, field), bool):
             raise ValueError(f"recipe field {field} must be True or False, got {getattr(r, field)!r}")
     for (field, value), why in NOT_IMPLEMENTED.items():
@@ -227,6 +247,11 @@ def validate(r: Recipe) -> Recipe:
         v = getattr(r, field)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0 or v != v or v == float("inf"):
             raise ValueError(f"recipe field {field} must be a finite number >= 0, got {v!r}")
+    if not isinstance(r.aug_rate, (int, float)) or isinstance(r.aug_rate, bool) or not 0.0 <= r.aug_rate <= 1.0:
+        raise ValueError(f"recipe field aug_rate must be a number in [0, 1], got {r.aug_rate!r}")
+    if r.dice_unit == "row" and r.method not in ROW_DICE_METHODS:
+        raise ValueError(f"recipe field dice_unit='row' (AdaCLIP's per-row Dice) is implemented for methods "
+                         f"{ROW_DICE_METHODS} only, got method {r.method!r}; use dice_unit='image'")
     if not r.lr > 0 or not r.tau > 0:
         raise ValueError(f"recipe fields lr and tau must be > 0, got {r.lr!r}, {r.tau!r}")
     if not 0.0 < r.alpha < 1.0:

@@ -17,13 +17,16 @@ METHODS = recipes.CHOICES["method"]  # naive, match: the adapter head; others: a
 # The run's own fields (name, default); data, target and out are required.
 RUN_DEFAULTS = (("data", None), ("target", None), ("out", None),
                 ("train_domains", None),  # None: every domain except the target
-                ("backbone", "ViT-L-14-336"), ("checkpoint", None), ("image_size", None), ("quick_gelu", True),
+                ("backbone", "ViT-L-14-336"), ("checkpoint", None), ("image_size", None),
                 ("betas", (0.5, 0.999)), ("grad_clip", 1.0), ("holdout_frac", 0.2), ("seed", 0),
                 ("device", "auto"), ("precision", "auto"), ("num_workers", 0))
 RUN_FIELDS = tuple(n for n, _ in RUN_DEFAULTS)
 # Every recipe field that training reads (protocol_mode is the protocol's), defaults = the clean recipe.
 RECIPE_FIELDS = tuple(f for f in recipes.FIELDS if f not in ("name", "protocol_mode"))
 _RECIPE_DEFAULTS = tuple((f, getattr(recipes.RECIPES["clean"], f)) for f in RECIPE_FIELDS)
+# Recipe fields added after run folders were first written, with the value every run written before them ran
+# (no mosaic, Dice per image): a config.json without one of them is read with this value.
+ADDED_FIELDS = {"aug_rate": 0.0, "dice_unit": "image"}
 # plus ``recipe``: the name of the recipe the run started from (its fields may have been overridden)
 TrainConfig = namedtuple("TrainConfig", [n for n, _ in (*RUN_DEFAULTS, *_RECIPE_DEFAULTS)] + ["recipe"],
                          defaults=[v for _, v in (*RUN_DEFAULTS[3:], *_RECIPE_DEFAULTS)] + ["clean"])

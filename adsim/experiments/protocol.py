@@ -315,6 +315,9 @@ def run(out, source_for_seed, settings: Settings, *, targets=None, methods=tuple
     with folder_lock(out, wait=wait):
         if (out / "protocol.json").exists():
             saved = read_json(out / "protocol.json")["settings"]
+            if isinstance(saved.get("recipe"), dict):  # a recipe field added since then: the Recipe default it ran
+                saved = {**saved,
+                         "recipe": json.loads(json.dumps(recipes.as_dict(recipes.from_dict(saved["recipe"]))))}
             now = json.loads(json.dumps(record["settings"]))
             diff = sorted(k for k in now if now[k] != saved.get(k))
             if diff:

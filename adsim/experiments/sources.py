@@ -73,9 +73,10 @@ def simulated(params: sim.SimParams, seed: int) -> Source:
 
 def real(root, *, backbone: str = "ViT-L-14-336", checkpoint=None, image_size=None, seed: int = 0,
          device="cpu", clip_norm: bool = True, smooth_sigma: float = 4.0, n_similarity: int = 64,
-         prompts: str = "medical") -> Source:
+         prompts: str = "medical", quick_gelu: bool = True) -> Source:
     """Real images in the MVFA layout under ``root``; the domains are those whose folder exists.
-    ``prompts``: the recipe's prompt set (``adsim.config.prompts.prompt_texts``)."""
+    ``prompts``: the recipe's prompt set (``adsim.config.prompts.prompt_texts``); ``quick_gelu``: the recipe's
+    activation of the CLIP towers (``adsim.model.backbone.build_backbone``)."""
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"--data {root} is not a folder")
@@ -85,7 +86,8 @@ def real(root, *, backbone: str = "ViT-L-14-336", checkpoint=None, image_size=No
                          f"(expected folders {[d + '_AD' for d in DOMAINS]})")
     train = {d: [s for sp in SPLITS for s in bmad.list_split(root, d, sp)] for d in domains}
     test = {d: bmad.list_split(root, d, "test") for d in domains}
-    bb = build_backbone(backbone, image_size=image_size, checkpoint=checkpoint, seed=seed, device=device)
+    bb = build_backbone(backbone, image_size=image_size, checkpoint=checkpoint, quick_gelu=quick_gelu, seed=seed,
+                        device=device)
     spec = bb.spec
 
     def loader(samples, batch_size, gen=None):

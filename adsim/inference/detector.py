@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from adsim.config.run import TrainConfig, validate
+from adsim.config.run import ADDED_FIELDS, TrainConfig, validate
 from adsim.data import bmad
 from adsim.data.images import image_items
 from adsim.data.medical import Source, UnreadableInput
@@ -118,12 +118,14 @@ class Run(NamedTuple):
 
 
 def _run_config(record: dict, where: Path):
-    """``TrainConfig`` of a ``config.json`` record; a field unknown to this version, a missing field or
-    an unknown value -> ``ValueError`` naming it."""
+    """``TrainConfig`` of a ``config.json`` record; a field unknown to this version, a missing field (except
+    those of ``adsim.config.run.ADDED_FIELDS``, read with the value older runs ran) or an unknown value ->
+    ``ValueError`` naming it."""
 
     fields = record.get("config")
     if not isinstance(fields, dict):
         raise ValueError(f"{where} has no 'config' object: not a run folder of this adsim version")
+    fields = {**{k: v for k, v in ADDED_FIELDS.items() if k not in fields}, **fields}
     unknown = sorted(set(fields) - set(TrainConfig._fields))
     missing = sorted(set(TrainConfig._fields) - set(fields))
     if unknown or missing:
@@ -235,7 +237,9 @@ class Detector:
         r = load_run(run, checkpoint=checkpoint, device=device)
         load = catalog.trained(r.cfg.method)
         cfg = r.cfg._replace(scoring=run_score(r.cfg, scoring))
-        method = load(cfg, r.backbone, r.record, r.state)
+        # the loader may name the checkpoint file in a message (e.g. a bilora state without saved supports)
+        method = load(cfg, r.backbone, {**r.record, "checkpoint_path": str(Path(run) / r.checkpoint["file"])},
+                      r.state)
         info = {"run": str(run), "checkpoint": r.checkpoint, "config": cfg, "backbone": r.backbone.spec,
                 "scoring": cfg.scoring}
         return cls(method, device=r.device, precision=cfg.precision, info=info)

@@ -11,7 +11,7 @@ in the inference code. Lookups by name go through :mod:`adsim.methods.catalog`.
 * :data:`ZERO_SHOT` -- training-free methods: ``name -> build(backbone, **options) -> Method``.
 * :data:`TRAINED` -- methods trained by ``python -m adsim train``: ``cfg.method -> load(cfg, backbone,
   record, state) -> Method`` that rebuilds the method of a run folder from its ``config.json`` record
-  and checkpoint state dict. ``naive`` and ``match`` are the adapter head (:class:`HeadMethod`).
+  (``Detector.from_run`` adds ``"checkpoint_path"``, the file the state came from) and checkpoint state dict. ``naive`` and ``match`` are the adapter head (:class:`HeadMethod`).
 """
 from __future__ import annotations
 

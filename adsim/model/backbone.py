@@ -78,7 +78,11 @@ def build_backbone(name: str = "ViT-L-14-336", *, image_size: int | None = None,
                    device: str | torch.device = "cpu") -> Backbone:
     """Create the frozen open_clip model.
 
-    ``quick_gelu`` is on by default because the OpenAI weights were trained with QuickGELU.
+    ``quick_gelu``: the MLP activation of both towers, set either way (passed to open_clip as a model keyword,
+    which overrides the model config's ``quick_gelu``, e.g. ``adsim-tiny``'s ``true``; open_clip's
+    ``force_quick_gelu`` can only turn it on). ``True`` (default): QuickGELU, the activation
+    the OpenAI weights were trained with; ``False``: exact ``nn.GELU``, what a reference that builds
+    ``CLIP(**model_cfg)`` from open_clip's ``ViT-L-14-336`` config runs (the recipe field ``quick_gelu``).
     ``seed`` fixes the random initialisation (so a run with random weights is rebuilt identically at
     evaluation time). Raises ``ValueError`` for an unknown name, an image size that is not a positive
     multiple of the patch size (or above :data:`MAX_GRID` patches per side), a missing checkpoint file or a checkpoint of another architecture.
@@ -102,8 +106,10 @@ def build_backbone(name: str = "ViT-L-14-336", *, image_size: int | None = None,
                       RandomWeightsWarning, stacklevel=2)
     state = None if checkpoint is None else read_checkpoint(checkpoint)
     torch.manual_seed(seed)
-    model = open_clip.create_model(cfg_name, pretrained=None, force_quick_gelu=quick_gelu,
-                                   force_image_size=size, device="cpu")
+    if not isinstance(quick_gelu, bool):
+        raise ValueError(f"quick_gelu must be True or False, got {quick_gelu!r}")
+    model = open_clip.create_model(cfg_name, pretrained=None, force_image_size=size, device="cpu",
+                                   quick_gelu=quick_gelu)  # a model kwarg: overrides the config both ways
     if state is not None:
         _load_state(model, state, checkpoint, name)
     model = model.to(device)

@@ -1,7 +1,8 @@
 """Losses of Algorithm 1, step (4). Every loss takes *logits* (never probabilities) where it can.
 
 * ``dice_loss``: ``1 - (2 sum p y + s) / (sum p + sum y + s)`` per image (``s = 1`` smoothing),
-  averaged over the images that have a pixel mask.
+  averaged over the images that have a pixel mask; ``unit="row"``: the same per image row (sums over the
+  row's pixels), averaged over the rows of each image -- what AdaCLIP's ``loss.py`` computes at batch 1.
 * ``focal_loss``: ``-(1 - p_t)^gamma log p_t`` (``gamma = 2``) with ``log p_t`` from ``logsigmoid``.
 * ``bce_loss``: ``binary_cross_entropy_with_logits`` on image logits.
 * ``intra``: mean over the matched set of ``M(f, c)^p`` (0 when the set is empty); ``geodesic_intra``
@@ -25,16 +26,27 @@ def _masked_mean(values, weights):
     return (values * weights).sum() / torch.clamp(total, min=1.0)
 
 
-def dice_loss(prob, target, valid, smooth: float = 1.0):
-    """``prob, target: (B, H, W)``, ``valid: (B,)``."""
-    inter = (prob * target).flatten(1).sum(1)
-    dice = (2.0 * inter + smooth) / (prob.flatten(1).sum(1) + target.flatten(1).sum(1) + smooth)
-    return _masked_mean(1.0 - dice, valid)
+DICE_UNITS = ("image", "row")
 
 
-def two_way_dice_loss(prob, target, valid, smooth: float = 1.0):
+def dice_loss(prob, target, valid, smooth: float = 1.0, *, unit: str = "image"):
+    """``prob, target: (B, H, W)``, ``valid: (B,)``. ``unit="image"``: one Dice per image; ``"row"``: one
+    Dice per image row ``(B, H)``, averaged over the ``H`` rows of each image (AdaCLIP's ``BinaryDiceLoss``
+    with ``N = targets.size()[0]`` on the ``(H, W)`` mask its batch-1 trainer passes)."""
+    if unit == "image":
+        p, t = prob.flatten(1), target.flatten(1)
+    elif unit == "row":
+        p, t = prob, target
+    else:
+        raise ValueError(f"unit must be one of {DICE_UNITS}, got {unit!r}")
+    dice = (2.0 * (p * t).sum(-1) + smooth) / (p.sum(-1) + t.sum(-1) + smooth)
+    return _masked_mean(1.0 - (dice if unit == "image" else dice.mean(-1)), valid)
+
+
+def two_way_dice_loss(prob, target, valid, smooth: float = 1.0, *, unit: str = "image"):
     """Dice of both channels of a two-way softmax: ``dice(prob, target) + dice(1 - prob, 1 - target)``."""
-    return dice_loss(prob, target, valid, smooth) + dice_loss(1.0 - prob, 1.0 - target, valid, smooth)
+    return (dice_loss(prob, target, valid, smooth, unit=unit)
+            + dice_loss(1.0 - prob, 1.0 - target, valid, smooth, unit=unit))
 
 
 def focal_loss(logits, target, valid, gamma: float = 2.0):

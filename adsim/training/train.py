@@ -21,8 +21,9 @@ from tqdm.auto import tqdm
 
 from adsim.config import recipes
 from adsim.config.prompts import prompt_texts
-from adsim.config.run import TrainConfig, recipe_of, validate
+from adsim.config.run import ADDED_FIELDS, TrainConfig, recipe_of, validate
 from adsim.data import bmad
+from adsim.data.mosaic import Mosaic
 from adsim.data.domains import MASKED
 from adsim.inference.detector import Detector
 from adsim.inference.scoring import run_score, score
@@ -187,6 +188,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     after a compile fallback the remaining domains train eagerly (one warning in all)."""
 
     cfg = validate(cfg)
+    if trunk_cache and cfg.aug_rate > 0:
+        raise ValueError(f"--trunk-cache computes each image's tokens once: it cannot train on the mosaic "
+                         f"augmentation (aug_rate {cfg.aug_rate}); set aug_rate=0 or drop --trunk-cache")
     ddp = distributed.setup(cfg.device)  # [distributed] world size 1 without torchrun
     if compile_mode not in (None, "off", compiled_step.DEFAULT):  # asked for: one-line error before any work
         compiled_step.check_compatible(cfg, world_size=ddp.size)
@@ -201,7 +205,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     if resume:
         saved = read_json(out / "config.json")["config"]
         now = _jsonable(cfg._asdict())
-        diff = sorted(k for k in now if k != "epochs" and now[k] != saved.get(k))
+        diff = sorted(k for k in now if k != "epochs" and now[k] != saved.get(k, ADDED_FIELDS.get(k)))
         if diff:
             raise ValueError(f"--resume with a different configuration ({diff}); only --epochs may change")
     _seed_everything(cfg.seed)
@@ -257,6 +261,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         if ddp.rank == 0:  # as the checkpoint has it: a stop between the two writes left it an epoch behind
             write_json(out / "history.json", {"history": history, "best": best, "select": cfg.select})
     dataset = bmad.ImageDataset(samples, spec.image_size, clip_norm=cfg.clip_norm)
+    mosaic = None  # the 2 x 2 mosaic augmentation (recipe aug_rate), drawn per (phase, epoch, item)
+    if cfg.aug_rate > 0:
+        dataset = mosaic = Mosaic(dataset, [s.domain for s in samples], cfg.aug_rate, seed=cfg.seed)
     loss_fn, regions = None, None
     if trainer is None:
         if trunk_cache and start[1] < cfg.epochs:
@@ -279,6 +286,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         nonlocal best
         name = "" if domain is None else f"{cfg.train_domains[domain]} "
         for epoch in range(first_epoch, cfg.epochs):
+            if mosaic is not None:
+                mosaic.set_epoch(epoch, 0 if domain is None else domain + 1)
             loader = torch.utils.data.DataLoader(data, batch_size=local_batch,
                                                  sampler=distributed.sampler(data, sampler_seed(cfg, domain), epoch, ddp),
                                                  num_workers=cfg.num_workers, pin_memory=device.type == "cuda")

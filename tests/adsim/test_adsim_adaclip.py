@@ -16,14 +16,15 @@ from adsim.config.prompts import prompt_texts
 from adsim.config.run import config_from_recipe
 from adsim.data import bmad
 from adsim.methods.baselines import adaclip
+from adsim.model import losses
 from adsim.model.prompting import encode_text_deep, run_prompted_blocks
 
 pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 F = torch.nn.functional
 
 
-def _prompts(tiny, seed=0, **kw):
-    cfg = config_from_recipe(recipes.get("adaclip"), data="d", out="o", target="Brain", seed=seed)
+def _prompts(tiny, seed=0, recipe=None, **kw):
+    cfg = config_from_recipe(recipe or recipes.get("adaclip"), data="d", out="o", target="Brain", seed=seed)
     return cfg, adaclip.HybridPrompts(tiny, prompt_texts(cfg.prompts), seed=seed, **kw)
 
 
@@ -38,6 +39,9 @@ def test_recipe_is_their_training_set_up():
     assert (r.method, r.batch_size, r.epochs, r.lr) == ("adaclip", 1, 5, 0.01)
     assert (r.beta_focal, r.beta_dice, r.beta_bce, r.smooth_sigma) == (1.0, 1.0, 1.0, 4.0)
     assert (r.prompts, r.clip_norm, r.vaca) == ("adaclip_object", True, False)
+    # custom_clip.py: CLIP(**model_cfg) from a config without quick_gelu -> exact GELU in both towers;
+    # dataset/base_dataset.py combine_img with aug_rate 0.2; loss.py's Dice at batch 1: per mask row
+    assert (r.quick_gelu, r.aug_rate, r.dice_unit) == (False, 0.2, "row")
     assert (adaclip.LENGTH, adaclip.DEPTH, adaclip.K_CLUSTERS, adaclip.HSF_ALPHA) == (5, 4, 20, 0.2)
     assert "adaclip" in recipes.CHOICES["method"]
     # adaclip.py:151-160: 7 normal and 5 abnormal states x 4 templates, state-major
@@ -240,9 +244,10 @@ def _batch(toy_root, n):
 
 
 def test_loss_is_their_train_one_batch(toy_root, tiny):
+    # their loss with one Dice per image (dice_unit="image"): what loss.py computes on a (B, H, W) mask
     batch = _batch(toy_root, 4)
     assert batch["has_mask"].all() and batch["mask"].amax() > 0 and 0 < batch["label"].sum() < 4
-    cfg, prompts = _prompts(tiny)
+    cfg, prompts = _prompts(tiny, recipe=recipes.override(recipes.get("adaclip"), dice_unit="image"))
     out = adaclip._forward(prompts, tiny, batch["image"])
     loss, parts = adaclip.adaclip_loss(cfg, prompts, out, batch)
     assert set(parts) == {"image", "focal", "dice"}
@@ -261,6 +266,66 @@ def test_loss_is_their_train_one_batch(toy_root, tiny):
     batch["pixel_domain"] = torch.zeros(4)
     only, parts = adaclip.adaclip_loss(cfg, prompts, out, batch)
     torch.testing.assert_close(only.detach(), parts["image"], rtol=0, atol=0)
+
+
+def _row_dice_loss(prob, target):
+    """loss.py's BinaryDiceLoss on the (H, W) mask of their batch-1 trainer, written out as a loop over the
+    H rows in float64: N = targets.size()[0] = H, each row one "sample" of W pixels, smooth 1."""
+    p, t = np.asarray(prob, dtype=np.float64), np.asarray(target, dtype=np.float64)
+    total = 0.0
+    for h in range(t.shape[0]):
+        inter = sum(p[h, w] * t[h, w] for w in range(t.shape[1]))
+        total += (2.0 * inter + 1.0) / (p[h].sum() + t[h].sum() + 1.0)
+    return 1.0 - total / t.shape[0]
+
+
+def test_dice_is_their_row_wise_dice_at_batch_one(toy_root, tiny):
+    # trainer.py squeezes the batch-1 mask to (H, W); loss.py takes N = targets.size()[0] = H: a Dice per row
+    samples = bmad.list_split(toy_root, "Liver", "test")
+    item = bmad.ImageDataset(samples, 64)[[s.label for s in samples].index(1)]  # an anomalous image with a mask
+    batch = {k: v[None] for k, v in item.items()}
+    batch["pixel_domain"] = torch.ones(1)
+    assert batch["mask"].amax() > 0
+    cfg, prompts = _prompts(tiny)
+    assert cfg.dice_unit == "row"
+    out = adaclip._forward(prompts, tiny, batch["image"])
+    loss, parts = adaclip.adaclip_loss(cfg, prompts, out, batch)
+    gt = (batch["mask"][0] > 0.5).double().numpy()
+    want_dice, want = 0.0, their_focal(torch.softmax(torch.stack([torch.zeros_like(out["z_img"]), out["z_img"]], 1),
+                                                     1).double(), (batch["label"] > 0.5).double())
+    with torch.no_grad():
+        for z in out["z_maps"]:
+            two = torch.stack([torch.zeros_like(z), z], dim=1).reshape(1, 2, 8, 8).double()
+            am = torch.softmax(F.interpolate(two, size=64, mode="bilinear", align_corners=True), dim=1)
+            want_dice += _row_dice_loss(am[0, 1].numpy(), gt) + _row_dice_loss(am[0, 0].numpy(), 1 - gt)
+            # their train step as they write it: the mask squeezed to (H, W) before the loss
+            squeezed = torch.from_numpy(gt)
+            want = want + their_focal(am, squeezed[None]) + their_dice(am[:, 1], squeezed) \
+                + their_dice(am[:, 0], 1 - squeezed)
+    assert abs(float(parts["dice"]) - want_dice) < 1e-5 * max(1.0, want_dice)
+    torch.testing.assert_close(loss.detach().double(), want, rtol=1e-4, atol=1e-5)
+    # the per-image Dice (dice_unit="image") is another number on the same batch
+    cfg_image = config_from_recipe(recipes.override(recipes.get("adaclip"), dice_unit="image"), data="d", out="o",
+                                   target="Brain")
+    _, per_image = adaclip.adaclip_loss(cfg_image, prompts, out, batch)
+    assert abs(float(per_image["dice"]) - want_dice) > 1e-3
+
+
+def test_row_dice_and_image_dice_differ_on_an_example():
+    # 4 x 4 mask, lesion = row 0; prediction 0.5 everywhere. Per image: (2*2 + 1) / (8 + 4 + 1) = 5/13.
+    # Per row: row 0 (2*2 + 1) / (2 + 4 + 1) = 5/7, rows 1-3 (0 + 1) / (2 + 0 + 1) = 1/3; mean (5/7 + 1) / 4 = 3/7.
+    target = torch.zeros(1, 4, 4)
+    target[0, 0] = 1.0
+    prob = torch.full((1, 4, 4), 0.5)
+    image = float(losses.dice_loss(prob, target, torch.ones(1)))
+    row = float(losses.dice_loss(prob, target, torch.ones(1), unit="row"))
+    assert abs(image - (1 - 5 / 13)) < 1e-6 and abs(row - (1 - 3 / 7)) < 1e-6
+    assert abs(row - _row_dice_loss(prob[0].numpy(), target[0].numpy())) < 1e-6
+    with pytest.raises(ValueError, match="unit must be one of"):
+        losses.dice_loss(prob, target, torch.ones(1), unit="column")
+    # the row-wise Dice exists for AdaCLIP only; elsewhere it is refused, not ignored
+    with pytest.raises(ValueError, match="dice_unit='row'"):
+        recipes.override(recipes.get("aprilgan"), dice_unit="row")
 
 
 def test_a_few_training_steps_lower_the_loss(toy_root, tiny):

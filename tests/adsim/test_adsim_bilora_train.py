@@ -49,6 +49,7 @@ class Spy:
     def __call__(self, cfg, head, feats, batch):
         if self.stop_at is not None and len(self.calls) + 1 == self.stop_at:
             raise KeyboardInterrupt("killed")
+        self.head = head  # the live trained module: after the run, the trained head itself
         started = len(bilora.parametrizations(head)[0].cores)
         newest = {id(p) for p in _cores(head, started - 1)}
         self.calls.append({
@@ -149,6 +150,88 @@ def test_eval_and_predict_rebuild_the_run_from_its_folder(reference, toy_root, t
     image = next((toy_root / "Brain_AD" / "test" / "Ungood" / "img").glob("*.png"))
     assert main(["predict", "--run", str(run), "--out", str(tmp_path / "pred"), str(image), "--device", "cpu"]) == 0
     assert len(pd.read_csv(tmp_path / "pred" / "scores.csv")) == 1
+
+
+def _scores(method, x):
+    with torch.inference_mode():
+        out = method.eval()(x)
+    return out.scores, out.maps
+
+
+def _trained(run, spy):
+    """``(cfg, the trained head as a method, the backbone)``: the live head of the run (the spy kept it)."""
+    loaded = Detector.from_run(run, checkpoint="last", device="cpu")
+    cfg = loaded.info["config"]
+    return cfg, bilora.as_method(cfg, loaded.method.backbone, spy.head), loaded.method.backbone
+
+
+def _other_draw(monkeypatch):
+    """draw_support as a torch release whose randperm sequence differs would give: other frequencies."""
+    draw = bilora.draw_support
+    monkeypatch.setattr(bilora, "draw_support", lambda m, n, rank, seed, domain, slot:
+                        draw(m, n, rank, seed + 7, domain, slot))
+
+
+def _supports(head):
+    return {k: v for k, v in head.state_dict().items() if k.rsplit(".", 1)[-1] in bilora.SUPPORTS}
+
+
+def test_a_reloaded_head_scores_bitwise_like_the_trained_one(reference, monkeypatch):
+    run, spy = reference
+    cfg, trained, backbone = _trained(run, spy)
+    x = torch.rand(3, 3, 64, 64, generator=torch.Generator().manual_seed(11))
+    want = _scores(trained, x)
+    # the global torch RNG in another state and draw_support giving other frequencies at load: the saved
+    # supports are used, so the reloaded head scores bitwise like the trained head
+    torch.manual_seed(12345)
+    torch.rand(1000)
+    _other_draw(monkeypatch)
+    again = Detector.from_run(run, checkpoint="last", device="cpu").method
+    got = _scores(again, x)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    saved = load_torch(run / "checkpoint_last.pt")["head"]
+    assert len(_supports(again.head)) == 2 * len(bilora.parametrizations(again.head))
+    assert all(torch.equal(v, saved[k]) for k, v in _supports(again.head).items())
+    # what this draw gives differs from the trained supports (so the checks above can fail)
+    fresh = bilora.bilora_head(cfg, backbone, read_json(run / "config.json")["prompts"])
+    for d in range(len(DOMAINS)):
+        bilora.start_domain(cfg, fresh, d)
+    assert any(not torch.equal(v, saved[k]) for k, v in _supports(fresh).items())
+
+
+def test_a_checkpoint_without_saved_supports_loads_with_a_warning(reference, tmp_path, monkeypatch):
+    run, spy = reference
+    cfg, trained, backbone = _trained(run, spy)
+    x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(12))
+    want = _scores(trained, x)
+    old = tmp_path / "old-run"
+    old.mkdir()
+    for name in ("config.json", "history.json"):
+        (old / name).write_text((run / name).read_text())
+    ckpt = load_torch(run / "checkpoint_last.pt")
+    # saved the way a bilora checkpoint was saved before the supports were part of the state
+    full = len(ckpt["head"])
+    ckpt["head"] = {k: v for k, v in ckpt["head"].items() if k.rsplit(".", 1)[-1] not in bilora.SUPPORTS}
+    assert len(ckpt["head"]) == full - 2 * len(bilora.parametrizations(spy.head))
+    torch.save(ckpt, old / "checkpoint_last.pt")
+    with pytest.warns(bilora.SupportsRederivedWarning, match="re-derived from the run's seed 0") as rec:
+        method = Detector.from_run(old, checkpoint="last", device="cpu").method
+    ours = [str(w.message) for w in rec if w.category is bilora.SupportsRederivedWarning]
+    assert len(ours) == 1 and str(old / "checkpoint_last.pt") in ours[0] and "cannot be proven equal" in ours[0]
+    got = _scores(method, x)  # this torch draws what the run drew: equal here
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    # where the draw differs (another randperm sequence) the re-derived head scores differently: why it warns
+    _other_draw(monkeypatch)
+    with pytest.warns(bilora.SupportsRederivedWarning):
+        other = Detector.from_run(old, checkpoint="last", device="cpu").method
+    assert not torch.equal(_scores(other, x)[0], want[0])
+    # a state loaded straight into a head (the train loop's --resume) warns too, once
+    head = bilora.bilora_head(cfg, backbone, read_json(run / "config.json")["prompts"])
+    for d in range(len(DOMAINS)):
+        bilora.start_domain(cfg, head, d)
+    with pytest.warns(bilora.SupportsRederivedWarning, match="without saved frequency supports") as rec:
+        head.load_state_dict(ckpt["head"])
+    assert sum(w.category is bilora.SupportsRederivedWarning for w in rec) == 1
 
 
 def test_a_state_of_another_method_is_refused(reference, tiny):

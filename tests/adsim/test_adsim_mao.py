@@ -6,6 +6,7 @@ docstring (adsim's reading), and a loss that decreases. The output contract and 
 test_adsim_baselines.py (parametrised over every registered trained method, mao included)."""
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -82,6 +83,19 @@ def test_a_domain_prototypes_learn_only_from_that_domain(tiny):
     assert torch.count_nonzero(protos.glob.grad[[0, 2]]) == 0 and torch.count_nonzero(protos.local.grad[[0, 2]]) == 0
 
 
+def _bilinear_matrix(grid, size):
+    """``(size, grid)`` weights of bilinear upsampling with ``align_corners=False``, written out: output pixel
+    ``o`` samples the input at ``(o + 0.5) grid / size - 0.5`` (clamped at 0), between its two neighbours."""
+    w = np.zeros((size, grid))
+    for o in range(size):
+        src = max((o + 0.5) * grid / size - 0.5, 0.0)
+        i0 = int(math.floor(src))
+        i1, frac = min(i0 + 1, grid - 1), src - i0
+        w[o, i0] += 1.0 - frac
+        w[o, i1] += frac
+    return w
+
+
 def test_loss_terms_are_each_samples_own_domain(tiny):
     cfg, protos = _protos(tiny)
     batch = _batch(domains=(1, 0, 2, 1))
@@ -96,6 +110,30 @@ def test_loss_terms_are_each_samples_own_domain(tiny):
         attract = torch.stack([1 - g[i] @ q[d[i], int(batch["label"][i])] for i in range(4)]).mean()
     torch.testing.assert_close(parts["bce_global"], want, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(parts["attract"], attract, rtol=1e-5, atol=1e-6)
+    # bce_local, focal and Dice written out in NumPy float64 (module docstring): each sample's own domain's
+    # local prototypes; per stage the patch log-odds, their top-K mean averaged over the stages -> BCE; the
+    # patch log-odds bilinearly upsampled (align_corners=False) to the mask -> Focal (gamma 2) and Dice
+    # (smooth 1) of sigmoid, per (stage, sample), averaged
+    ql = F.normalize(protos.local.detach().double(), dim=-1).numpy()
+    labels, masks = batch["label"].double().numpy(), (batch["mask"] > 0.5).double().numpy()
+    n, grid, size = feats[0].shape[1], tiny.spec.grid, masks.shape[-1]
+    k = max(1, math.ceil(0.01 * n))
+    up = _bilinear_matrix(grid, size)
+    bce_local, focal, dice = 0.0, [], []
+    for b in range(4):
+        s = 0.0
+        for l, f in enumerate(feats):
+            p = f[b].double().numpy()
+            z = (p @ ql[d[b], l, 1] - p @ ql[d[b], l, 0]) / TEMPERATURE  # (N,)
+            s += np.sort(z)[::-1][:k].mean() / len(feats)
+            zz = up @ z.reshape(grid, grid) @ up.T  # (S, S)
+            prob = 1.0 / (1.0 + np.exp(-zz))
+            pt = np.where(masks[b] >= 0.5, prob, 1.0 - prob)
+            focal.append(np.mean(-((1.0 - pt) ** 2) * np.log(pt)))
+            dice.append(1.0 - (2.0 * (prob * masks[b]).sum() + 1.0) / (prob.sum() + masks[b].sum() + 1.0))
+        bce_local += (np.log1p(np.exp(-s)) if labels[b] == 1 else np.log1p(np.exp(s))) / 4
+    for name, want_v in (("bce_local", bce_local), ("focal", np.mean(focal)), ("dice", np.mean(dice))):
+        assert math.isclose(float(parts[name]), want_v, rel_tol=1e-4, abs_tol=1e-6), (name, float(parts[name]), want_v)
     # a classification-only domain's samples (pixel_domain 0) give no pixel loss
     batch["pixel_domain"] = torch.zeros(4)
     _, none = mao.mao_loss(cfg, protos, out, batch)

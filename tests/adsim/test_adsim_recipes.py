@@ -273,3 +273,34 @@ def test_fixed_tau_gate_separates_the_metrics_that_the_adaptive_gate_cannot():
         return float(match(f, y, valid, c_pos, c_neg, one, one, metric=metric, tau=tau).acc_pos[0])
     assert accepted("geodesic", None) == accepted("l2", None) == 1.0  # adaptive: own centroid closer
     assert accepted("l2", 0.497) == 1.0 and accepted("geodesic", 0.497) == 0.0  # fixed radius: they differ
+
+
+# The CLIP towers' activation each recipe's reference code runs (docs/recipes.md, column "activation"):
+# exact GELU where the reference builds CLIP(**model_cfg) from a config without quick_gelu -- MVFA-AD and the
+# Beyond-Pooling fork at 240 px (CLIP/clip.py create_model), APRIL-GAN at 518 px (open_clip factory), AdaCLIP
+# (custom_clip.py); QuickGELU where the reference's block has it (AnomalyCLIP_lib/AnomalyCLIP.py
+# ResidualAttentionBlock) or has no code (paper, bilora, mao) or is this project's default (clean): the OpenAI
+# weights' own activation.
+REFERENCE_QUICK_GELU = {"paper": True, "authors": False, "clean": True, "mvfa": False, "anomalyclip": True,
+                        "aprilgan": False, "bilora": True, "adaclip": False, "mao": True}
+
+
+@pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
+def test_each_recipe_runs_its_references_activation_and_the_flag_overrides_it(toy_root, tmp_path):
+    import open_clip
+
+    from adsim.model.backbone import build_backbone
+
+    assert {n: recipes.get(n).quick_gelu for n in recipes.names()} == REFERENCE_QUICK_GELU
+    for quick in (True, False):
+        bb = build_backbone("tiny", quick_gelu=quick)
+        for tower in (bb.model.visual.transformer, bb.model.transformer):
+            act = tower.resblocks[0].mlp.gelu
+            assert isinstance(act, open_clip.transformer.QuickGELU) if quick else type(act) is torch.nn.GELU
+    # the CLI: the recipe's value unless --quick-gelu / --no-quick-gelu says otherwise; recorded in config.json
+    common = ["--data", str(toy_root), "--target", "Brain", "--backbone", "tiny", "--epochs", "1", "--device", "cpu",
+              "--no-progress", "--train-domains", "Liver", "--compile", "off"]
+    for extra, want in (([], False), (["--quick-gelu"], True)):
+        out = tmp_path / f"run{len(extra)}"
+        assert main(["train", "--recipe", "mvfa", *common, "--out", str(out), "--set", "select=last", *extra]) == 0
+        assert json.loads((out / "config.json").read_text())["config"]["quick_gelu"] is want

@@ -49,14 +49,22 @@ tokens; ``J`` = 4 prompted layers; ``W`` visual width, ``D`` text width, ``E`` j
   ``sum_l [Focal(softmax(up(logits_l)), mask) + Dice(p_a, mask) + Dice(p_n, 1 - mask)]`` on the per-layer
   upsampled (``align_corners=True``) maps, masks and labels binarised at 0.5, the image score through HSF as
   at test time. Weights ``beta_bce`` (the image focal term), ``beta_focal``, ``beta_dice`` (recipe 1, 1, 1).
+  Dice per mask ROW, averaged over the rows (recipe ``dice_unit="row"``): at their batch size 1
+  ``trainer.py`` squeezes the mask to ``(H, W)`` and ``loss.py``'s ``BinaryDiceLoss`` takes
+  ``N = targets.size()[0]`` = ``H``; ``dice_unit="image"`` gives one Dice per image.
+* **Run set-up of the recipe** (``adsim.config.recipes``): exact GELU in both towers (``quick_gelu=False``:
+  their ``custom_clip.py`` builds ``CLIP(**model_cfg)`` from a config without ``quick_gelu``); training
+  images replaced with probability ``aug_rate = 0.2`` by a 2 x 2 mosaic of four images of the same domain
+  (``adsim.data.mosaic``; their ``dataset/base_dataset.py`` ``combine_img``).
 
-Where this differs from their code (also in ``docs/recipes.md``): KMeans seeded; class name -> the prompt
+Where this differs from their code (also in ``docs/recipes.md``, which counts them): KMeans seeded; class name -> the prompt
 set's object word; Focal without their label smoothing (1e-5); the backbone's image size (they use 518 px);
 the other BMAD domains as training data (they train on MVTec AD + ColonDB); Adam (the run's optimiser,
 betas (0.5, 0.999), no weight decay; theirs AdamW, weight decay 0.01) and gradient clipping 1.0; checkpoint
 ``select="last"`` (theirs: best pixel F1 on the test data set); batches of any size, each image with its own
-prompts (their code supports batch 1 only, ``train.py:177-179``); classification-only domains contribute the
-image loss only.
+prompts (their code supports batch 1 only, ``train.py:177-179``; at a batch above 1 ``dice_unit="row"`` is
+their per-row Dice of each image); classification-only domains contribute the image loss only; the run's
+precision (bf16 autocast on a GPU, float32 on the CPU) where theirs is fp16 autocast.
 """
 from __future__ import annotations
 
@@ -230,7 +238,8 @@ def _forward(prompts: HybridPrompts, backbone, images: torch.Tensor) -> dict:
 
 def adaclip_loss(cfg, prompts, out: dict, batch: dict) -> tuple:
     """``beta_bce Focal(z_img, label) + sum_l (beta_focal Focal_l + beta_dice (Dice_l(p_a, mask) + Dice_l(p_n,
-    1 - mask)))`` on the per-layer upsampled (``align_corners=True``) patch log-odds (module docstring);
+    1 - mask)))`` on the per-layer upsampled (``align_corners=True``) patch log-odds (module docstring); Dice
+    per image row (``cfg.dice_unit="row"``, the recipe's: their batch-1 computation) or per image;
     returns ``(loss, {name: detached value})``."""
     labels = (batch["label"].float() > 0.5).float()
     z, masks_l, valid_l = layer_targets(cfg, out["z_maps"], batch)  # (L * B, S, S), (L * B, S, S), (L * B,)
@@ -238,7 +247,7 @@ def adaclip_loss(cfg, prompts, out: dict, batch: dict) -> tuple:
     # sigmoid(z) is the anomalous channel of the upsampled two-way softmax; the normal one is 1 - sigmoid(z)
     parts = {"image": losses.focal_loss(out["z_img"][:, None, None], labels[:, None, None], torch.ones_like(labels)),
              "focal": n_layers * losses.focal_loss(z, masks_l, valid_l),
-             "dice": n_layers * losses.two_way_dice_loss(torch.sigmoid(z), masks_l, valid_l)}
+             "dice": n_layers * losses.two_way_dice_loss(torch.sigmoid(z), masks_l, valid_l, unit=cfg.dice_unit)}
     loss = cfg.beta_bce * parts["image"] + cfg.beta_focal * parts["focal"] + cfg.beta_dice * parts["dice"]
     return loss, {k: v.detach().float() for k, v in parts.items()}
 

@@ -47,6 +47,7 @@ Departures from BiLoRA (also in ``docs/recipes.md``, section "BiLoRA and Mao et 
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from torch import nn
@@ -82,34 +83,73 @@ def draw_support(m: int, n: int, rank: int, seed: int, domain: int, slot: int) -
             torch.randperm(n, generator=gen)[:rank].sort().values)
 
 
+class SupportsRederivedWarning(UserWarning):
+    """A bilora state without saved frequency supports was loaded: the supports were drawn again from the
+    run's seed (:func:`draw_support`), which cannot prove them equal to the ones the head was trained on."""
+
+
+SUPPORTS = ("support_rows", "support_cols")  # the state-dict entries of the frequency supports
+
+
 class BilinearDelta(nn.Module):
-    """Parametrisation of one weight ``W0 (m, n)``: ``W0 + sum_t C_m[:, P_t] K_t C_n[:, Q_t]^T``."""
+    """Parametrisation of one weight ``W0 (m, n)``: ``W0 + sum_t C_m[:, P_t] K_t C_n[:, Q_t]^T``.
+
+    The frequency supports are part of the saved state: buffers ``support_rows (T, r)`` and ``support_cols
+    (T, r)`` (int64, one row per domain), so a loaded head uses the frequencies it was trained on whatever
+    :func:`draw_support` would draw now. A state without them (written before they were saved) keeps the
+    supports drawn for this module and sets ``supports_rederived``."""
 
     def __init__(self, m: int, n: int, rank: int):
         super().__init__()
         self.rank = rank
         self.register_buffer("basis_rows", dct_basis(m))
         self.register_buffer("basis_cols", dct_basis(n))
+        self.register_buffer("support_rows", torch.zeros(0, rank, dtype=torch.int64))
+        self.register_buffer("support_cols", torch.zeros(0, rank, dtype=torch.int64))
         self.cores = nn.ParameterList()
-        self.rows: list = []
-        self.cols: list = []
+        self.supports_rederived = False
+
+    @property
+    def rows(self) -> list:
+        """``P_t`` of every domain ``t``: ``[(r,)]``."""
+        return list(self.support_rows)
+
+    @property
+    def cols(self) -> list:
+        """``Q_t`` of every domain ``t``: ``[(r,)]``."""
+        return list(self.support_cols)
 
     def add_domain(self, rows: torch.Tensor, cols: torch.Tensor) -> nn.Parameter:
-        """Freeze the earlier cores and add a zero core on frequencies ``(rows, cols)``; returns it. A frozen
-        core's last gradient is dropped: it would otherwise still count in the gradient-clipping norm over
-        the head's parameters while the new domain trains."""
+        """Freeze the earlier cores and add a zero core on frequencies ``(rows, cols)`` (each ``(r,)``); returns
+        it. A frozen core's last gradient is dropped: it would otherwise still count in the gradient-clipping
+        norm over the head's parameters while the new domain trains."""
+        if tuple(rows.shape) != (self.rank,) or tuple(cols.shape) != (self.rank,):
+            raise ValueError(f"rows and cols must have shape ({self.rank},), got {tuple(rows.shape)}, "
+                             f"{tuple(cols.shape)}")
         for core in self.cores:
             core.requires_grad_(False)
             core.grad = None
-        core = nn.Parameter(torch.zeros(self.rank, self.rank, device=self.basis_rows.device))
+        device = self.basis_rows.device
+        core = nn.Parameter(torch.zeros(self.rank, self.rank, device=device))
         self.cores.append(core)
-        self.rows.append(rows.to(self.basis_rows.device))
-        self.cols.append(cols.to(self.basis_rows.device))
+        self.support_rows = torch.cat([self.support_rows, rows.to(device, torch.int64)[None]])
+        self.support_cols = torch.cat([self.support_cols, cols.to(device, torch.int64)[None]])
         return core
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # a state with cores but without supports was saved before the supports were: keep the drawn ones
+        absent = [n for n in SUPPORTS if prefix + n not in state_dict]
+        if absent and any(k.startswith(prefix + "cores.") for k in state_dict):
+            for name in absent:
+                state_dict[prefix + name] = getattr(self, name)
+            self.supports_rederived = True
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     def delta(self, t: int) -> torch.Tensor:
         """Domain ``t``'s update ``(m, n)``."""
-        return self.basis_rows[:, self.rows[t]] @ self.cores[t] @ self.basis_cols[:, self.cols[t]].T
+        return self.basis_rows[:, self.support_rows[t]] @ self.cores[t] @ self.basis_cols[:, self.support_cols[t]].T
 
     def forward(self, w0: torch.Tensor) -> torch.Tensor:
         out = w0
@@ -135,6 +175,7 @@ def attach(head, *, rank: int = RANK) -> list:
     positive_int("rank", rank)
     for p in head.parameters():
         p.requires_grad_(False)
+    head.register_load_state_dict_post_hook(_warn_rederived)
     out = []
     for _, lin in adapted_linears(head):
         m, n = lin.weight.shape
@@ -143,6 +184,18 @@ def attach(head, *, rank: int = RANK) -> list:
         lin.parametrizations.weight.original.requires_grad_(False)
         out.append(bd)
     return out
+
+
+def _warn_rederived(head, incompatible) -> None:
+    """Post-load hook of an attached head: one :class:`SupportsRederivedWarning` when the loaded state had no
+    saved supports (a state :func:`load` has completed itself carries them)."""
+    bds = parametrizations(head)
+    if any(bd.supports_rederived for bd in bds):
+        for bd in bds:
+            bd.supports_rederived = False
+        warnings.warn("a bilora state without saved frequency supports was loaded: they were re-derived from "
+                      "the run's seed (draw_support, torch.randperm) and cannot be proven equal to the ones it "
+                      "was trained on", SupportsRederivedWarning, stacklevel=2)
 
 
 def parametrizations(head) -> list:
@@ -198,8 +251,8 @@ def trainable(head) -> list:
 
 # --------------------------------------------------------------------------- python -m adsim train --recipe bilora
 # The run's head is the recipe's naive head (make_head: no matching, no VACA) with attach(); domain ``index``
-# of cfg.train_domains gets its update on the frequencies drawn with ``cfg.seed`` (draw_support), so a run
-# folder rebuilds the same supports from its config.
+# of cfg.train_domains gets its update on the frequencies drawn with ``cfg.seed`` (draw_support); the supports
+# are saved with the cores (BilinearDelta's buffers), so a run folder's head does not depend on the draw.
 
 def bilora_head(cfg, backbone, prompts):
     """The naive adapter head of ``cfg`` (``make_head``) with the text embeddings of ``prompts`` and a
@@ -244,7 +297,9 @@ def domains_in(state: dict) -> int:
 def load(cfg, backbone, record: dict, state: dict) -> HeadMethod:
     """Rebuild the method of a ``bilora`` run: :func:`bilora_head` with the run's recorded prompts, one
     :func:`start_domain` per domain the checkpoint holds (a ``best`` checkpoint may hold fewer than
-    ``cfg.train_domains``), then the state; a state that does not fit -> ``ValueError``."""
+    ``cfg.train_domains``), then the state -- its saved frequency supports replace the drawn ones; a state
+    without them (saved before they were) keeps the drawn ones with a :class:`SupportsRederivedWarning` naming
+    ``record["checkpoint_path"]``; a state that does not fit -> ``ValueError``."""
     if not isinstance(state, dict) or domains_in(state) == 0:
         keys = sorted(state)[:4] if isinstance(state, dict) else type(state).__name__
         raise ValueError(f"checkpoint state is not a bilora state (no 'parametrizations.weight.0.cores' "
@@ -253,6 +308,15 @@ def load(cfg, backbone, record: dict, state: dict) -> HeadMethod:
     head = bilora_head(cfg, backbone, record["prompts"]).to(device)  # cores and supports follow the bases
     for index in range(domains_in(state)):
         start_domain(cfg, head, index)
+    own = head.state_dict()
+    absent = [k for k in own if k.rsplit(".", 1)[-1] in SUPPORTS and k not in state]
+    if absent:  # a checkpoint written before the supports were saved: the ones just drawn from the seed
+        state = {**state, **{k: own[k] for k in absent}}
+        warnings.warn(f"{record.get('checkpoint_path', 'the bilora checkpoint')} holds no frequency supports "
+                      f"(written before they were saved): they were re-derived from the run's seed {cfg.seed} "
+                      f"(draw_support, torch.randperm of torch {torch.__version__}) and cannot be proven equal to "
+                      f"the ones the head was trained on; its scores may differ from the trained head's",
+                      SupportsRederivedWarning, stacklevel=2)
     load_checked(head, state, "bilora head this adsim version builds from the run's config")
     return as_method(cfg, backbone, head).eval()
 
