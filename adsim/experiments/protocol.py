@@ -225,7 +225,9 @@ def _cell_name(target, method, order, mode, seed) -> str:
     return f"{target}__{method}__{order}__{mode}__s{seed}.json"
 
 
-def _write_csv(path: Path, df: pd.DataFrame) -> None:
+def write_csv(path: Path, df: pd.DataFrame) -> None:
+    """Write ``df`` to ``path`` as CSV without its index, atomically (``poolsim.atomic_write``: a reader
+    never sees a half-written file; an interrupted write leaves the previous file)."""
     atomic_write(path, lambda fh: fh.write(df.to_csv(index=False).encode()))
 
 
@@ -250,14 +252,14 @@ def write_outputs(out: Path, kind: str) -> pd.DataFrame:
         gains += [{**k, **r, "data": kind} for r in cell.get("vaca_gains", [])]
     cols = ["target", "task", "method", "order", "mode", "seed", "step", "added", "auc", "data"]
     protocol = pd.DataFrame(rows).reindex(columns=cols)
-    _write_csv(out / "protocol.csv", protocol)
-    _write_csv(out / "da.csv", da_table(protocol))
+    write_csv(out / "protocol.csv", protocol)
+    write_csv(out / "da.csv", da_table(protocol))
     if var:
         vcols = ["target", "method", "order", "mode", "seed", "channel", "class_before", "modality_before",
                  "class_after", "modality_after", "data"]
-        _write_csv(out / "variance.csv", pd.DataFrame(var).reindex(columns=vcols))
+        write_csv(out / "variance.csv", pd.DataFrame(var).reindex(columns=vcols))
     if gains:
-        _write_csv(out / "vaca_gains.csv", pd.DataFrame(gains))
+        write_csv(out / "vaca_gains.csv", pd.DataFrame(gains))
     return protocol
 
 
@@ -356,4 +358,4 @@ def _write_similarity(out: Path, source, seed: int) -> None:
     old = old[old["seed"] != seed]
     new = pd.DataFrame([{"seed": seed, "domain_a": a, "domain_b": b, "cosine": float(source.similarity[i, j])}
                         for i, a in enumerate(source.domains) for j, b in enumerate(source.domains)])
-    _write_csv(path, pd.concat([old, new], ignore_index=True) if len(old) else new)
+    write_csv(path, pd.concat([old, new], ignore_index=True) if len(old) else new)

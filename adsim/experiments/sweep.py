@@ -39,5 +39,5 @@ def sweep(out, base: sim.SimParams, settings: protocol.Settings, *, methods=("na
             merged = da.merge(final, on=["target", "task", "method", "order", "mode", "seed"])
             rows.append(merged.assign(param=name, value=value, default=getattr(base, name)))
             table = pd.concat(rows, ignore_index=True).rename(columns={"auc": "final_auc"})
-            protocol._write_csv(out / "sweep.csv", table)  # after every configuration: a stopped sweep keeps its rows
+            protocol.write_csv(out / "sweep.csv", table)  # after every configuration: a stopped sweep keeps its rows
     return table
