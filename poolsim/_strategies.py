@@ -55,8 +55,17 @@ class Matched(NamedTuple):
     n_matched: Any
 
 
-def _domains(X: Any, counts: Any = None):
-    """Validate ``X`` and ``counts``; return ``(X, valid (K, N) 0/1, counts (K,) float, xp)``."""
+def prepare_domains(X: Any, counts: Any = None):
+    """Validate the padded domains every strategy takes, in their array library.
+
+    ``X: (K, N, d)`` (any array library, or a nested list -> NumPy float), ``counts: (K,)`` integers
+    in ``[1, N]`` or ``None`` (every domain has N samples) -> ``(X, valid, counts, xp)``: ``X`` as a
+    real floating array (the library's default float if it was not one), ``valid: (K, N)`` 0/1 in
+    ``X``'s dtype (row ``i`` of domain ``k`` is a real sample iff ``i < counts[k]``), ``counts: (K,)``
+    in ``X``'s dtype and ``xp`` the array-API namespace of ``X``. A wrong shape, an empty axis,
+    non-finite ``X`` or out-of-range ``counts`` raises ``ValueError``; traced ``counts`` (inside
+    ``jax.jit``) are taken as they are.
+    """
     try:
         xp = _core.namespace(X)
     except TypeError:
@@ -82,13 +91,14 @@ def _domains(X: Any, counts: Any = None):
             raise ValueError(f"counts must have shape (K,) = ({K},), got {c.shape}")
         if not np.all(np.isfinite(c)) or np.any(c != np.round(c)) or c.min() < 1 or c.max() > N:
             raise ValueError(f"counts must be integers in [1, N={N}], got {c.tolist()}")
-        cnt = _like(X, c.astype(float))
+        cnt = asarray_like(X, c.astype(float))
     valid = xp.astype(steps[None, :] < cnt[:, None], X.dtype)
     return X, valid, cnt, xp
 
 
-def _like(X: Any, a: Any):
-    """Host array ``a`` as an array of ``X``'s library, device and (for floats) dtype."""
+def asarray_like(X: Any, a: Any):
+    """Host array ``a`` (NumPy or anything ``np.array`` takes) as an array of ``X``'s library on
+    ``X``'s device; a floating ``a`` also gets ``X``'s dtype, an integer one keeps its own."""
     xp = _core.namespace(X)
     a = np.array(a)  # a writable copy: torch warns on read-only arrays (e.g. views of JAX arrays)
     out = xp.asarray(a, device=device(X))
@@ -103,7 +113,9 @@ def _same_library(a: Any, X: Any) -> bool:
         return False
 
 
-def _domain_means(X, valid, cnt):
+def domain_means(X, valid, cnt):
+    """Per-domain sample means: ``X: (K, N, d)``, ``valid: (K, N)`` 0/1, ``cnt: (K,)`` -> ``(K, d)``
+    (the arguments as :func:`prepare_domains` returns them)."""
     xp = _core.namespace(X, valid)
     return xp.sum(valid[..., None] * X, axis=1) / cnt[:, None]
 
@@ -114,7 +126,7 @@ def naive_pool(X: Any, counts: Any = None) -> Pooled:
     ``X: (K, N, d)``, ``counts: (K,)`` -> ``Pooled(mean (d,), n_samples)``.
     ``mean = sum_k sum_{i<N_k} x_{k,i} / sum_k N_k``.
     """
-    X, valid, cnt, xp = _domains(X, counts)
+    X, valid, cnt, xp = prepare_domains(X, counts)
     total = xp.sum(cnt)
     return Pooled(xp.sum(valid[..., None] * X, axis=(0, 1)) / total, total)
 
@@ -156,7 +168,7 @@ def subsample(key: Any, X: Any, m: int, n: int, counts: Any = None) -> Subsample
     ``key``: int seed or JAX key (the same seed gives the same draw on every backend).
     ``X: (K, N, d)`` -> ``Subsampled(mean (d,), domains (m,), indices (m, n))``.
     """
-    X, _, cnt, xp = _domains(X, counts)
+    X, _, cnt, xp = prepare_domains(X, counts)
     K, N, d = X.shape
     m = _checks.integer("m", m, 1, K)
     n = _checks.integer("n", n, 1)
@@ -166,7 +178,7 @@ def subsample(key: Any, X: Any, m: int, n: int, counts: Any = None) -> Subsample
     domains, idx = subsample_indices(key, cnt if jax_input else jnp.asarray(_checks.to_numpy(cnt)), m, n)
     flat_idx = jnp.reshape(domains[:, None] * N + idx, (-1,))
     if not jax_input:
-        domains, idx, flat_idx = (_like(X, np.asarray(a, dtype=np.int64)) for a in (domains, idx, flat_idx))
+        domains, idx, flat_idx = (asarray_like(X, np.asarray(a, dtype=np.int64)) for a in (domains, idx, flat_idx))
     picked = xp.take(xp.reshape(X, (K * N, d)), flat_idx, axis=0)
     return Subsampled(xp.mean(picked, axis=0), domains, idx)
 
@@ -187,7 +199,7 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
     ``X: (K, N, d)`` -> :class:`Matched`. An empty matched set never yields NaN: the previous
     centroid is kept and ``converged`` is False.
     """
-    X, valid, cnt, xp = _domains(X, counts)
+    X, valid, cnt, xp = prepare_domains(X, counts)
     K, N, d = X.shape
     _checks.positive("tau", tau)
     _checks.choice("metric", metric, _core.METRICS)
@@ -203,14 +215,14 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
         else:
             c0 = naive_pool(X, counts).mean
     else:
-        c0 = init if _same_library(init, X) else _like(X, np.asarray(_checks.to_numpy(init), dtype=float))
+        c0 = init if _same_library(init, X) else asarray_like(X, np.asarray(_checks.to_numpy(init), dtype=float))
         if tuple(c0.shape) != (d,):
             raise ValueError(f"init must be 'median', 'mean' or a vector of shape (d,) = ({d},), "
                              f"got shape {tuple(c0.shape)}")
         _checks.finite("init", c0)
         c0 = xp.astype(c0, X.dtype)
     if level == "domain":
-        points, mass = _domain_means(X, valid, cnt), cnt
+        points, mass = domain_means(X, valid, cnt), cnt
     else:
         points, mass = flat, flat_valid
     c, inc, n_iter, conv, total = _core.iterate_match(points, mass, c0, tau, metric,

@@ -78,7 +78,16 @@ def _draw(seed: int, P: dict, mu: np.ndarray | None = None):
     return X, np.arange(K) % P["M"], _modes(P["M"], P["R"])
 
 
-def _one_seed(seed: int, P: dict, mu: np.ndarray | None = None) -> dict:
+def one_seed(seed: int, P: dict, mu: np.ndarray | None = None) -> dict:
+    """One seed's run of multimodal matching as domains are added (K = ``P["K0"]`` .. ``P["K_max"]``).
+
+    ``P`` the figure's parameters (:data:`PARAMS`, optionally updated by :data:`QUICK`), ``mu: (K_max, 2)``
+    the domain means (drawn from ``seed`` if ``None``). Returns ``eps`` (strategy -> ``(len(Ks), M)``
+    per-mode errors), ``Ks``, the fractions of domains assigned to a wrong mode (``wrong``) or to none
+    (``unassigned``), the fraction of steps meeting the separation Lemma's premise (``lemma``), the
+    wrong assignments under that premise (``wrong_separated``) and ``nd``: per (strategy, mode) the
+    fraction of steps adding a domain of that mode whose error did not grow.
+    """
     from scipy.optimize import linear_sum_assignment
 
     import poolsim
@@ -137,7 +146,7 @@ def compute(*, seeds: int, quick: bool, progress: Callable[[int], Any] | None = 
     runs = []
     mus = _draw_means(np.arange(S), P)
     for s in range(S):
-        runs.append(_one_seed(s, P, mus[s]))
+        runs.append(one_seed(s, P, mus[s]))
         if progress is not None:
             progress(1)
     base = dict(n_seeds=S, M=P["M"], tau=P["tau"], p=P["p"], alpha=P["alpha"], R=P["R"],
@@ -169,7 +178,7 @@ def progress_total(seeds: int, quick: bool) -> int:
 
 
 def claims(runs: list, P: dict) -> list[dict]:
-    """The paper's claims from the per-seed runs (:func:`_one_seed`)."""
+    """The paper's claims from the per-seed runs (:func:`one_seed`)."""
     M = P["M"]
     share = {s: np.array([np.mean([r["nd"][(s, m)] for m in range(M)]) for r in runs])
              for s in STRATEGIES}  # (S,) per strategy: own-mode steps without deterioration
