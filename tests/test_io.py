@@ -37,12 +37,14 @@ def test_second_writer_is_refused_naming_the_holder(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
 
 
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
     proc = _start_holder(tmp_path)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    proc.stdout.close()
     assert (tmp_path / ".lock").read_text().startswith(f"pid {proc.pid}")  # the dead holder's file is still there
     with poolsim.folder_lock(tmp_path):
         assert (tmp_path / ".lock").read_text().startswith(f"pid {os.getpid()} ")
@@ -61,6 +63,7 @@ def test_wait_blocks_until_the_holder_is_done(tmp_path):
         killer.wait()
         proc.kill()
         proc.wait()
+        proc.stdout.close()
 
 
 def test_release_lets_the_next_writer_in_and_clears_the_holder(tmp_path):
