@@ -464,10 +464,10 @@ def corollaries(ctx: Context):
     # order dependence of the sequential rules: running mean (Thm 3 proof) and EMA (AD method)
     xbar = X.mean(axis=1)  # (8, d) domain means, processed one by one
     c0 = np.median(X.reshape(-1, 2), axis=0)  # order-free start
-    finals = {"running mean": [], "EMA alpha=0.5": []}
+    finals: dict[str, list] = {"running mean": [], "EMA alpha=0.5": []}
     for _ in range(50):
         p = rng.permutation(8)
-        c, cnt = c0.copy(), 1.0
+        c, cnt = c0.copy(), np.asarray(1.0)
         ce = c0.copy()
         for x in xbar[p]:
             c, cnt, _ = (np.asarray(a) for a in _core.running_update(c, cnt, x, 1.0, "l2"))

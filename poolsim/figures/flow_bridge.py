@@ -46,9 +46,9 @@ from ._data import fmt_ci as fmt
 NAME = "flow_bridge"
 TITLE = "Thm 4: matching in a normalizing flow's latent space on non-Gaussian domains"
 
-PARAMS = dict(K=20, n=50, sigma=0.8, b=0.5, gamma=0.5, alpha=1.5, ps=(0.1, 0.3), p_real=0.3,
+PARAMS: dict[str, Any] = dict(K=20, n=50, sigma=0.8, b=0.5, gamma=0.5, alpha=1.5, ps=(0.1, 0.3), p_real=0.3,
               tau_rel=2.0, steps=400, features=("mean texture", "mean concavity"))
-QUICK = dict(ps=(0.3,), steps=150)
+QUICK: dict[str, Any] = dict(ps=(0.3,), steps=150)
 MAX_SEEDS = 40  # one flow fit per seed and data set (~0.5 s each on 2 CPU cores): 40 seeds decide
 STRATEGIES = ("pooling", "matching (data space)", "matching (flow latent space)")
 REAL = "breast cancer (real data)"

@@ -36,8 +36,8 @@ from ._data import fmt_ci as fmt
 NAME = "multimodal"
 TITLE = "Multimodal matching: per-mode error as domains are added one by one"
 
-PARAMS = dict(M=3, R=5.0, sigma=0.8, n=50, gamma=0.5, alpha=1.5, p=0.3, tau=1.2, K0=9, K_max=45)
-QUICK = dict(K_max=18)
+PARAMS: dict[str, Any] = dict(M=3, R=5.0, sigma=0.8, n=50, gamma=0.5, alpha=1.5, p=0.3, tau=1.2, K0=9, K_max=45)
+QUICK: dict[str, Any] = dict(K_max=18)
 MAX_SEEDS = 100  # Python loop over seeds (~0.1 s each); 100 seeds decide every claim
 HIGH_PROBABILITY = 0.95
 STRATEGIES = ("pooling (true mode labels)", "multimodal matching")
@@ -101,7 +101,7 @@ def one_seed(seed: int, P: dict, mu: np.ndarray | None = None) -> dict:
     rows, cols = linear_sum_assignment(cost)
     to_mode = np.empty(M, dtype=int)
     to_mode[rows] = cols  # centroid j estimates mode to_mode[j]
-    eps = {s: [] for s in STRATEGIES}
+    eps: dict[str, list] = {s: [] for s in STRATEGIES}
     wrong = unassigned = lemma_ok = wrong_sep = 0
     for K in range(K0, P["K_max"] + 1):
         if K > K0:
@@ -122,12 +122,13 @@ def one_seed(seed: int, P: dict, mu: np.ndarray | None = None) -> dict:
         wrong_sep += n_wrong * int(separated)  # the Lemma's premise: wrong assignments under it
     Ks = np.arange(K0, P["K_max"] + 1)
     n_dom = int(np.sum(Ks))
-    out = {"eps": {s: np.array(v) for s, v in eps.items()}, "Ks": Ks,
-           "wrong": wrong / n_dom, "unassigned": unassigned / n_dom,
-           "lemma": lemma_ok / len(Ks), "wrong_separated": wrong_sep}
+    curves = {s: np.array(v) for s, v in eps.items()}  # (len(Ks), M) each
+    out: dict[str, Any] = {"eps": curves, "Ks": Ks,
+                           "wrong": wrong / n_dom, "unassigned": unassigned / n_dom,
+                           "lemma": lemma_ok / len(Ks), "wrong_separated": wrong_sep}
     # non-deterioration over steps K -> K+1 whose new domain (index K) belongs to mode m
     nd = {}
-    for s, e in out["eps"].items():
+    for s, e in curves.items():
         for m in range(M):
             steps = [i for i, K in enumerate(Ks[:-1]) if mode[K] == m]
             nd[(s, m)] = float(np.mean([e[i + 1, m] <= e[i, m] for i in steps]))
