@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _checks, _core
 from ._checks import to_numpy
-from ._strategies import LEVELS, _domain_means, _domains, _like, as_key, real_array
+from ._strategies import LEVELS, as_key, asarray_like, domain_means, prepare_domains, real_array
 
 INITS = ("kmeans++", "kmeans++median")
 
@@ -100,7 +100,7 @@ def match_multimodal(X: Any, taus: Any, *, init: Any, metric: str = "l2", level:
     landed on an outlier returns to its cell's majority. Iterates
     exclusive assignment + per-mode means until every centroid moves less than ``tol`` (L2).
     """
-    X, valid, cnt, xp = _domains(X, counts)
+    X, valid, cnt, xp = prepare_domains(X, counts)
     K, N, d = X.shape
     t = _taus(taus)
     M = t.size
@@ -109,7 +109,7 @@ def match_multimodal(X: Any, taus: Any, *, init: Any, metric: str = "l2", level:
     _checks.positive("tol", tol)
     max_iter = _checks.integer("max_iter", max_iter, 1)
     if level == "domain":
-        points, mass = _domain_means(X, valid, cnt), cnt
+        points, mass = domain_means(X, valid, cnt), cnt
     else:
         points, mass = xp.reshape(X, (K * N, d)), xp.reshape(valid, (K * N,))
     if isinstance(init, str):
@@ -119,7 +119,7 @@ def match_multimodal(X: Any, taus: Any, *, init: Any, metric: str = "l2", level:
         host = to_numpy(points)
         if metric != "l2":
             host = to_numpy(_core.normalize(points))
-        C = _like(X, kmeanspp_init(host, to_numpy(mass), M, key))
+        C = asarray_like(X, kmeanspp_init(host, to_numpy(mass), M, key))
         if init == "kmeans++median":
             C = _median_refine(points, mass, C, metric)
     else:
@@ -134,8 +134,8 @@ def match_multimodal(X: Any, taus: Any, *, init: Any, metric: str = "l2", level:
         if c0.shape[1] != d:
             raise ValueError(f"init has dimension {c0.shape[1]} but X has dimension d = {d}")
         _checks.finite("init", c0)
-        C = _like(X, c0)
-    tau = _like(X, t)
+        C = asarray_like(X, c0)
+    tau = asarray_like(X, t)
     converged, n_iter = False, max_iter
     for n_iter in range(1, max_iter + 1):
         C_next, w, matched = _core.multi_match_step(points, mass, C, tau, metric)

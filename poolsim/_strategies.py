@@ -74,8 +74,17 @@ def real_array(name: str, a: Any) -> None:
         raise TypeError(f"{name} must hold real numbers (bool, integer or floating), got dtype {dtype}")
 
 
-def _domains(X: Any, counts: Any = None):
-    """Validate ``X`` and ``counts``; return ``(X, valid (K, N) 0/1, counts (K,) float, xp)``."""
+def prepare_domains(X: Any, counts: Any = None):
+    """Validate the padded domains every strategy takes, in their array library.
+
+    ``X: (K, N, d)`` (any array library, or a nested list -> NumPy float), ``counts: (K,)`` integers
+    in ``[1, N]`` or ``None`` (every domain has N samples) -> ``(X, valid, counts, xp)``: ``X`` as a
+    real floating array (the library's default float if it was not one), ``valid: (K, N)`` 0/1 in
+    ``X``'s dtype (row ``i`` of domain ``k`` is a real sample iff ``i < counts[k]``), ``counts: (K,)``
+    in ``X``'s dtype and ``xp`` the array-API namespace of ``X``. A wrong shape, an empty axis,
+    non-finite ``X`` or out-of-range ``counts`` raises ``ValueError``; traced ``counts`` (inside
+    ``jax.jit``) are taken as they are.
+    """
     try:
         xp = _core.namespace(X)
     except TypeError:
@@ -105,7 +114,7 @@ def _domains(X: Any, counts: Any = None):
             raise ValueError(f"counts must have shape (K,) = ({K},), got {c.shape}")
         if not np.all(np.isfinite(c)) or np.any(c != np.round(c)) or c.min() < 1 or c.max() > N:
             raise ValueError(f"counts must be integers in [1, N={N}], got {c.tolist()}")
-        cnt = _like(X, c.astype(float))
+        cnt = asarray_like(X, c.astype(float))
     valid = xp.astype(steps[None, :] < cnt[:, None], X.dtype)
     return X, valid, cnt, xp
 
@@ -141,8 +150,9 @@ def times_pow2(x: Any, k: int):
     return x
 
 
-def _like(X: Any, a: Any):
-    """Host array ``a`` as an array of ``X``'s library, device and (for floats) dtype."""
+def asarray_like(X: Any, a: Any):
+    """Host array ``a`` (NumPy or anything ``np.array`` takes) as an array of ``X``'s library on
+    ``X``'s device; a floating ``a`` also gets ``X``'s dtype, an integer one keeps its own."""
     xp = _core.namespace(X)
     a = np.array(a)  # a writable copy: torch warns on read-only arrays (e.g. views of JAX arrays)
     out = xp.asarray(a, device=device(X))
@@ -157,7 +167,9 @@ def _same_library(a: Any, X: Any) -> bool:
         return False
 
 
-def _domain_means(X, valid, cnt):
+def domain_means(X, valid, cnt):
+    """Per-domain sample means: ``X: (K, N, d)``, ``valid: (K, N)`` 0/1, ``cnt: (K,)`` -> ``(K, d)``
+    (the arguments as :func:`prepare_domains` returns them)."""
     xp = _core.namespace(X, valid)
     return xp.sum(valid[..., None] * X, axis=1) / cnt[:, None]
 
@@ -168,7 +180,7 @@ def naive_pool(X: Any, counts: Any = None) -> Pooled:
     ``X: (K, N, d)``, ``counts: (K,)`` -> ``Pooled(mean (d,), n_samples)``.
     ``mean = sum_k sum_{i<N_k} x_{k,i} / sum_k N_k``.
     """
-    X, valid, cnt, xp = _domains(X, counts)
+    X, valid, cnt, xp = prepare_domains(X, counts)
     k = pow2_exponent(X)  # 0 for data in the safe range: computed as they are
     total = xp.sum(cnt)
     return Pooled(times_pow2(xp.sum(valid[..., None] * times_pow2(X, k), axis=(0, 1)) / total, -k), total)
@@ -211,7 +223,7 @@ def subsample(key: Any, X: Any, m: int, n: int, counts: Any = None) -> Subsample
     ``key``: int seed or JAX key (the same seed gives the same draw on every backend).
     ``X: (K, N, d)`` -> ``Subsampled(mean (d,), domains (m,), indices (m, n))``.
     """
-    X, _, cnt, xp = _domains(X, counts)
+    X, _, cnt, xp = prepare_domains(X, counts)
     K, N, d = X.shape
     k = pow2_exponent(X)
     X = times_pow2(X, k)
@@ -223,7 +235,7 @@ def subsample(key: Any, X: Any, m: int, n: int, counts: Any = None) -> Subsample
     domains, idx = subsample_indices(key, cnt if jax_input else jnp.asarray(_checks.to_numpy(cnt)), m, n)
     flat_idx = jnp.reshape(domains[:, None] * N + idx, (-1,))
     if not jax_input:
-        domains, idx, flat_idx = (_like(X, np.asarray(a, dtype=np.int64)) for a in (domains, idx, flat_idx))
+        domains, idx, flat_idx = (asarray_like(X, np.asarray(a, dtype=np.int64)) for a in (domains, idx, flat_idx))
     picked = xp.take(xp.reshape(X, (K * N, d)), flat_idx, axis=0)
     return Subsampled(times_pow2(xp.mean(picked, axis=0), -k), domains, idx)
 
@@ -244,7 +256,7 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
     ``X: (K, N, d)`` -> :class:`Matched`. An empty matched set never yields NaN: the previous
     centroid is kept and ``converged`` is False.
     """
-    X, valid, cnt, xp = _domains(X, counts)
+    X, valid, cnt, xp = prepare_domains(X, counts)
     K, N, d = X.shape
     _checks.positive("tau", tau)
     _checks.choice("metric", metric, _core.METRICS)
@@ -268,14 +280,14 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
             c0 = naive_pool(X, counts).mean
     else:
         real_array("init", init if hasattr(init, "dtype") else np.asarray(init))
-        c0 = init if _same_library(init, X) else _like(X, np.asarray(_checks.to_numpy(init), dtype=float))
+        c0 = init if _same_library(init, X) else asarray_like(X, np.asarray(_checks.to_numpy(init), dtype=float))
         if tuple(c0.shape) != (d,):
             raise ValueError(f"init must be 'median', 'mean' or a vector of shape (d,) = ({d},), "
                              f"got shape {tuple(c0.shape)}")
         _checks.finite("init", c0)
         c0 = times_pow2(xp.astype(c0, X.dtype), k)
     if level == "domain":
-        points, mass = _domain_means(X, valid, cnt), cnt
+        points, mass = domain_means(X, valid, cnt), cnt
     else:
         points, mass = flat, flat_valid
     c, inc, n_iter, conv, total = _core.iterate_match(points, mass, c0, tau, metric,

@@ -464,10 +464,10 @@ def corollaries(ctx: Context):
     # order dependence of the sequential rules: running mean (Thm 3 proof) and EMA (AD method)
     xbar = X.mean(axis=1)  # (8, d) domain means, processed one by one
     c0 = np.median(X.reshape(-1, 2), axis=0)  # order-free start
-    finals = {"running mean": [], "EMA alpha=0.5": []}
+    finals: dict[str, list] = {"running mean": [], "EMA alpha=0.5": []}
     for _ in range(50):
         p = rng.permutation(8)
-        c, cnt = c0.copy(), 1.0
+        c, cnt = c0.copy(), np.asarray(1.0)
         ce = c0.copy()
         for x in xbar[p]:
             c, cnt, _ = (np.asarray(a) for a in _core.running_update(c, cnt, x, 1.0, "l2"))
@@ -666,13 +666,13 @@ def _flows(ctx: Context):
 
     S, p = max(4, ctx.seeds // 125), 0.3
     P = {**fb.PARAMS, "steps": 200}
-    draws = fb._simulated(np.arange(S), p, P)
+    draws = fb.simulated_draws(np.arange(S), p, P)
     square = np.random.default_rng(700).uniform(-1, 1, size=(P["K"] * P["n"], 2))
     fl = fit_flows(np.arange(S + 1) + 701, np.stack([X.reshape(-1, 2) for X, _, _ in draws]
                                                    + [square]), steps=P["steps"])
     per_seed = []
     for s, ((X, mus, target), flow) in enumerate(zip(draws, fl)):
-        per_seed.append({**fb._one_seed(X, target, flow, P["tau_rel"]), **fb._kl(flow, X, mus, P, s)})
+        per_seed.append({**fb.one_seed(X, target, flow, P["tau_rel"]), **fb.kl_divergences(flow, X, mus, P, s)})
     return P, p, fl[:S], fl[S], per_seed
 
 
@@ -768,7 +768,7 @@ def _multimodal(ctx: Context, **override):
     from .figures import multimodal as mm
 
     P = {**mm.PARAMS, **mm.QUICK, **override}
-    return P, [mm._one_seed(s, P) for s in range(max(40, ctx.seeds // 25))]
+    return P, [mm.one_seed(s, P) for s in range(max(40, ctx.seeds // 25))]
 
 
 def lemma_multimodal(ctx: Context):

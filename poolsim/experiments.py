@@ -194,7 +194,7 @@ def init_distributed(coordinator_address: str | None = None, num_processes: int 
     if process_id is not None:
         _checks.integer("process_id", process_id, 0,
                         num_processes - 1 if num_processes is not None else math.inf)
-    if address is None and None not in (num_processes, process_id) and num_processes > 1:
+    if address is None and process_id is not None and num_processes is not None and num_processes > 1:
         raise ValueError("coordinator_address is not set: pass coordinator_address='HOST:PORT' "
                          "(process 0's address) or set the environment variable "
                          "JAX_COORDINATOR_ADDRESS")

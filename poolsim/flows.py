@@ -102,14 +102,16 @@ def _tanh_affine():
     import jax.numpy as jnp
     from flowjax.bijections import AbstractBijection
 
-    class _TanhAffine(AbstractBijection):
+    class _TanhAffine(AbstractBijection):  # type: ignore[misc]  # fields: see their comment
         """Scalar ``y = x exp(s_max tanh(raw)) + loc``; identity at ``loc = raw = 0``."""
 
+        # equinox builds __init__(loc, raw, s_max): shape and cond_shape are constants that fill flowjax's
+        # abstract attributes, which mypy's dataclass model reads as fields with defaults before fields without
         shape: tuple = ()
-        cond_shape: ClassVar[None] = None
-        loc: Any
-        raw: Any
-        s_max: float = eqx.field(static=True)
+        cond_shape: ClassVar[None] = None  # type: ignore[misc]
+        loc: Any  # type: ignore[misc]
+        raw: Any  # type: ignore[misc]
+        s_max: float = eqx.field(static=True)  # type: ignore[misc]
 
         def __init__(self, s_max: float):
             self.loc = jnp.zeros(())

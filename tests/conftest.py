@@ -15,10 +15,51 @@ Hypothesis profiles (choose with the environment variable ``HYPOTHESIS_PROFILE``
   tests/test_multimodal.py``: 50x the examples of every test (``max_examples = 5000`` and every
   ``examples(n)`` budget times 50), fresh random examples on each run, failures saved to the local
   example database and replayed first on the next run. For looking for counterexamples, not CI.
+
+Parallel runs (pytest-xdist, ``-n auto --dist loadfile`` from pyproject's ``addopts``): each worker is a
+process of its own, set up here before JAX, NumPy or torch start their thread pools:
+
+* threads: the cores shared out among the workers (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``,
+  ``MKL_NUM_THREADS``, XLA's Eigen pool via ``XLA_FLAGS``; torch follows ``OMP_NUM_THREADS`` and
+  ``tests/adsim/conftest.py`` sets one torch thread), so two workers on two cores do not each start two;
+* caches a test run writes: ``POOLSIM_CACHE_DIR`` (poolsim's compiled programs), ``TORCHINDUCTOR_CACHE_DIR``
+  and ``TRITON_CACHE_DIR`` point to a fresh folder per worker, removed at exit, unless the environment
+  already sets them (tests that need their own folder, such as ``test_adsim_compile_inductor.py``, set it
+  themselves). Not moved: matplotlib's font cache (written under a lock file, atomically, once per
+  machine) and hypothesis' example database (``default`` profile: none; ``deep``: hypothesis'
+  directory database, which is safe for concurrent writers);
+* files: every test writes under its own ``tmp_path`` (per worker ``basetemp``); subprocesses pick free
+  ports (``torchrun --standalone``, ``socket.bind(("localhost", 0))``).
+
+``python -m pytest -n 0`` runs everything in one process (as the mutation runs do).
 """
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _isolate_worker(worker: str, workers: int) -> None:
+    threads = str(max(1, (os.cpu_count() or 1) // max(1, workers)))
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, threads)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_multi_thread_eigen" not in flags and threads == "1":
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen=false".strip()
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(int(threads))  # BLAS pools of libraries a plugin may have loaded before this file
+    caches = tempfile.mkdtemp(prefix=f"pytest-caches-{worker}-")
+    atexit.register(shutil.rmtree, caches, ignore_errors=True)
+    for var, sub in (("POOLSIM_CACHE_DIR", "poolsim"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+                     ("TRITON_CACHE_DIR", "triton")):
+        os.environ.setdefault(var, os.path.join(caches, sub))
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # set by pytest-xdist in each worker process
+    _isolate_worker(os.environ["PYTEST_XDIST_WORKER"], int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

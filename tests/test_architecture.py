@@ -60,25 +60,66 @@ def test_every_package_declares_all():
         assert "__all__" in text, f"{init.relative_to(ROOT)} has no __all__"
 
 
-def _private_imports(path: Path) -> list:
-    """``from adsim.X import _name``, ``from poolsim import _core`` or ``from adsim._x import ...``: a
-    private name or module used outside the module that owns it."""
-    bad, name = [], path.name
-    for node in ast.walk(ast.parse(path.read_text())):
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _module_path(path: Path, level: int, module: str | None, root: Path) -> Path:
+    """The folder an ``ImportFrom`` in ``path`` names: ``level`` dots up from ``path``'s folder (0: from
+    ``root``), then ``module``'s parts."""
+    base = path.parents[level - 1] if level else root
+    return base.joinpath(*(module.split(".") if module else []))
+
+
+def _is_module(folder: Path, name: str) -> bool:
+    return (folder / f"{name}.py").is_file() or (folder / name / "__init__.py").is_file()
+
+
+def _private_imports(path: Path, root: Path = ROOT) -> list:
+    """Private names or modules used outside the module that owns them:
+
+    * ``from adsim.X import _name`` / ``from poolsim import _core`` / ``from adsim._x import ...``: an
+      absolute import of a private name or through a private module (one package reaching into the
+      other's, or its own, internals by full path);
+    * ``from ._strategies import _domains`` (any relative level): a private name that is not a module;
+      a package's own private modules (``from . import _core``) are its internal layout and allowed;
+    * ``fb._simulated`` where ``fb`` was bound by an import of a package module: a private function
+      reached through the module (NamedTuple API such as ``Config._fields`` is on a class, not a module).
+    """
+    bad, name, modules = [], path.name, set()
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
                 and node.module.split(".")[0] in PACKAGES:
-            bad += [f"{name}: from {node.module} import {a.name}" for a in node.names
-                    if a.name.startswith("_") and not a.name.startswith("__")]
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES \
-                and any(part.startswith("_") and part != "__main__" for part in node.module.split(".")[1:]):
-            bad.append(f"{name}: from {node.module} import ...")
+            bad += [f"{name}: from {node.module} import {a.name}" for a in node.names if _is_private(a.name)]
+            if any(_is_private(part) and part != "__main__" for part in node.module.split(".")[1:]):
+                bad.append(f"{name}: from {node.module} import ...")
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            folder = _module_path(path, node.level, node.module, root)
+            for a in node.names:
+                if _is_module(folder, a.name):
+                    modules.add(a.asname or a.name)
+                elif _is_private(a.name):
+                    bad.append(f"{name}: from {'.' * node.level}{node.module or ''} import {a.name}")
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] in PACKAGES:
+            folder = _module_path(path, 0, node.module, root)
+            modules |= {a.asname or a.name for a in node.names if _is_module(folder, a.name)}
+        if isinstance(node, ast.Import):
+            modules |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] in PACKAGES}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules \
+                and _is_private(node.attr):
+            bad.append(f"{name}: {node.value.id}.{node.attr}")
     return bad
 
 
-def test_no_private_name_crosses_a_module():
-    """adsim uses poolsim's public names only, and no adsim module imports another's private name (the
-    package ``__init__`` importing its own ``_legacy`` helper is the one exception)."""
-    bad = [b for p in _modules("adsim") for b in _private_imports(p) if b != "__init__.py: from adsim import _legacy"]
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_no_private_name_crosses_a_module(pkg):
+    """No module of poolsim or adsim uses another module's private name, and adsim uses poolsim's
+    public names only (adsim's package ``__init__`` importing its own ``_legacy`` helper is the one
+    exception)."""
+    bad = [b for p in _modules(pkg) for b in _private_imports(p) if b != "__init__.py: from adsim import _legacy"]
     assert bad == []
 
 
@@ -88,6 +129,22 @@ def test_private_import_check_can_fail(tmp_path):
                      "from adsim.model import head\n")
     assert _private_imports(probe) == ["probe.py: from adsim.model.head import _secret",
                                        "probe.py: from adsim._legacy import ..."]
+
+
+def test_private_import_check_sees_relative_imports_and_attributes(tmp_path):
+    """Inside a package: a relative import of a private function and a private function reached through
+    a module alias are caught; the package's own private modules and a class's ``_fields`` are not."""
+    pkg = tmp_path / "poolsim"
+    (pkg / "figures").mkdir(parents=True)
+    for module in ("__init__", "_core", "_strategies", "theory", "experiments", "figures/__init__",
+                   "figures/flow_bridge"):
+        (pkg / f"{module}.py").write_text("")
+    probe = pkg / "figures" / "probe.py"
+    probe.write_text("from .. import _core, theory\nfrom .._strategies import _domains, LEVELS\n"
+                     "from . import flow_bridge as fb\nfrom ..experiments import Experiment\n"
+                     "fb._simulated\n_core.namespace\ntheory.ok\nExperiment._fields\n")
+    assert _private_imports(probe, tmp_path) == ["probe.py: from .._strategies import _domains",
+                                                 "probe.py: fb._simulated"]
 
 
 def _help_seconds(args):

@@ -304,6 +304,39 @@ def test_only_keeps_the_other_figures_sections_and_verdicts(tmp_path, monkeypatc
     assert v.loc["first", "verdict"] == "holds" and v.loc["second", "verdict"] == "does not hold"
 
 
+def test_a_rerun_that_changes_nothing_rewrites_nothing(tmp_path, monkeypatch):
+    """The same settings twice: every file (CSV, PNG, PDF, SVG, verdicts.csv, summary.md) keeps its bytes and
+    is not even replaced (same inode and modification time); no date or command line in any file; a changed
+    figure rewrites only the files whose bytes changed."""
+    import poolsim.figures as figs
+
+    mods = {"first": _fake("first", False), "second": _fake("second", False)}
+    monkeypatch.setattr(figs, "available", lambda: tuple(mods))
+    monkeypatch.setattr(figs, "load", mods.__getitem__)
+    monkeypatch.setenv("XLA_FLAGS", "")
+    out = tmp_path / "out"
+
+    def state():
+        return {p.name: (p.read_bytes(), p.stat().st_ino, p.stat().st_mtime_ns) for p in out.iterdir()}
+
+    args = ["--out", str(out), "--format", "png,pdf,svg", "--seeds", "40"]
+    assert cli.main(args) == 0
+    first = state()
+    assert len(first) == 10  # two figures x (csv, png, pdf, svg), verdicts.csv, summary.md
+    time.sleep(0.01)  # a rewrite would show in the modification time
+    assert cli.main([*args[:-1], "40"]) == 0
+    assert state() == first
+    summary = (out / "summary.md").read_text()
+    assert "Run settings: `python -m poolsim.figures --seeds 40`" in summary
+    assert not re.search(r"\b20\d\d-\d\d-\d\d|--out|--format", summary)
+    for name, (data, _, _) in first.items():
+        assert b"Matplotlib v" not in data and b"matplotlib.org" not in data, name  # no version stamp
+    mods["second"] = _fake("second", False, value=2.0)
+    assert cli.main(args) == 0
+    changed = {n for n, s in state().items() if s != first[n]}
+    assert {"second.csv", "summary.md"} <= changed and not changed & {"first.csv", "first.png", "first.pdf"}
+
+
 def test_paper_seeds_flag_runs_ten_seeds_labelled(tmp_path, monkeypatch):
     import poolsim.figures as figs
 

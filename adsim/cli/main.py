@@ -387,11 +387,32 @@ def _make_toy(args) -> int:
     return 0
 
 
+def _random_weights_once(show):
+    """``warnings.showwarning`` printing the backbone's random-weights notice (``RandomWeightsWarning``) as one
+    ``warning:`` line and the rest with ``show``; :func:`main`'s "once" filter shows it once per process."""
+    def shown(message, cat, filename, lineno, file=None, line=None):
+        # the category is named through sys.modules: its module was loaded by whoever issued the warning,
+        # and importing it here would load torch and open_clip for commands that never build a backbone
+        backbone = sys.modules.get("adsim.model.backbone")
+        if backbone is not None and issubclass(cat, backbone.RandomWeightsWarning):
+            return _one_line_warning(message, cat, filename, lineno, file, line)
+        return show(message, cat, filename, lineno, file, line)
+    return shown
+
+
 def main(argv=None) -> int:
     """``python -m adsim`` with the arguments ``argv`` (default: the process's); returns the exit status."""
     args = _parser().parse_args(argv)
     if args.command == "make-toy-bmad":
         return _make_toy(args)
+    with warnings.catch_warnings():
+        warnings.showwarning = _random_weights_once(warnings.showwarning)
+        warnings.filterwarnings("once", message=r"backbone \S+ has RANDOM weights", category=UserWarning)
+        return _command(args)
+
+
+def _command(args) -> int:
+    """Run a parsed command other than ``make-toy-bmad``: 0 on success, 2 on bad input or a full disk."""
     # torch and the command's code load here, after parsing (``--help`` never gets this far)
     from adsim.runtime import distributed
     from adsim.runtime.files import check_writable, os_error_line, remove_stale_temporaries

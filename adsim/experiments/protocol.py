@@ -226,7 +226,8 @@ def _cell_name(target, method, order, mode, seed) -> str:
 
 
 def write_csv(path: Path, df: pd.DataFrame) -> None:
-    """``df`` as CSV (no index) at ``path``, written atomically (``poolsim.atomic_write``)."""
+    """Write ``df`` to ``path`` as CSV without its index, atomically (``poolsim.atomic_write``: a reader
+    never sees a half-written file; an interrupted write leaves the previous file)."""
     atomic_write(path, lambda fh: fh.write(df.to_csv(index=False).encode()))
 
 

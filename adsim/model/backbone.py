@@ -14,6 +14,8 @@ registered with ``open_clip.add_model_config`` so that the tests run the real op
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import warnings
 import zipfile
@@ -55,6 +57,37 @@ class Backbone(NamedTuple):
     model: torch.nn.Module  # open_clip CLIP, frozen, eval mode
     tokenizer: object
     spec: BackboneSpec
+
+
+class _DropNoPretrainedNotice(logging.Filter):
+    """Drops open_clip's "No pretrained weights loaded for model ..." record (any other passes)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("No pretrained weights loaded for model")
+
+
+@contextlib.contextmanager
+def _open_clip_quietly():
+    """Around open_clip's model and tokenizer factories: its notice dropped, the caller's logging kept.
+
+    ``open_clip.create_model(pretrained=None)`` logs "No pretrained weights loaded ... initialized
+    randomly" with ``logging.warning`` on the root logger -- also when a checkpoint is loaded right after,
+    and where weights are random :class:`RandomWeightsWarning` already says so. A filter on the emitting
+    (root) logger drops that one record for the duration of the call. open_clip's module-level
+    ``logging.info``/``logging.warning`` calls also install a stderr handler on a root logger that has
+    none (``logging.basicConfig``); that handler is removed again so that the caller's logging set-up is
+    as it was.
+    """
+    root, drop = logging.getLogger(), _DropNoPretrainedNotice()
+    handlers = list(root.handlers)
+    root.addFilter(drop)
+    try:
+        yield
+    finally:
+        root.removeFilter(drop)
+        if not handlers:
+            for handler in [h for h in root.handlers if h not in handlers]:
+                root.removeHandler(handler)
 
 
 def _register_tiny() -> None:
@@ -108,8 +141,9 @@ def build_backbone(name: str = "ViT-L-14-336", *, image_size: int | None = None,
     torch.manual_seed(seed)
     if not isinstance(quick_gelu, bool):
         raise ValueError(f"quick_gelu must be True or False, got {quick_gelu!r}")
-    model = open_clip.create_model(cfg_name, pretrained=None, force_image_size=size, device="cpu",
-                                   quick_gelu=quick_gelu)  # a model kwarg: overrides the config both ways
+    with _open_clip_quietly():
+        model = open_clip.create_model(cfg_name, pretrained=None, force_image_size=size, device="cpu",
+                                       quick_gelu=quick_gelu)  # a model kwarg: overrides the config both ways
     if state is not None:
         _load_state(model, state, checkpoint, name)
     model = model.to(device)
@@ -121,7 +155,9 @@ def build_backbone(name: str = "ViT-L-14-336", *, image_size: int | None = None,
     spec = BackboneSpec(name=name, image_size=size, patch_size=patch, grid=size // patch,
                         width=visual.conv1.out_channels, embed_dim=visual.output_dim, layers=depth,
                         adapter_layers=adapter_layers(depth), pretrained=checkpoint is not None)
-    return Backbone(model, open_clip.get_tokenizer(cfg_name), spec)
+    with _open_clip_quietly():
+        tokenizer = open_clip.get_tokenizer(cfg_name)
+    return Backbone(model, tokenizer, spec)
 
 
 EXPECTED = ("an open_clip / PyTorch state dict (torch.save of model.state_dict(), optionally under "

@@ -11,7 +11,10 @@ file) and ``summary.md`` (one section per figure, its claim lines rendered from 
 table of the per-claim and Holm-adjusted verdicts). With ``--only`` the other figures' sections and verdict rows already in DIR are kept.
 Everything is first written into a temporary folder ``DIR/.figures-tmp-*`` (git-ignored) and only
 moved into DIR (``os.replace``, file by file) once every figure has succeeded, so a failed run
-leaves DIR as it was; files get the usual ``0644`` (umask) permissions.
+leaves DIR as it was; files get the usual ``0644`` (umask) permissions. The files hold no date or command
+line (summary.md names the run's settings and the JAX version; images carry no matplotlib stamp), so a rerun with the same settings
+produces the same bytes, and a file whose bytes did not change is not rewritten (``git status`` stays
+clean after the default run).
 
 Seeds: ``--seeds`` (default :data:`DEFAULT_SEEDS`) per experiment; the costly figures cap it
 (``baselines``, ``flow_bridge``, ``multimodal``: their ``MAX_SEEDS``). ``--paper-seeds`` runs the
@@ -160,7 +163,9 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
             fig = mod.plot(df)
             try:
                 for fmt in formats:
-                    fig.savefig(tmp / f"{name}.{fmt}", dpi=150, metadata=_metadata(fmt))
+                    # a fixed salt: SVG element ids are hashes of it (a random one by default)
+                    with matplotlib.rc_context({"svg.hashsalt": f"poolsim.figures {name}"}):
+                        fig.savefig(tmp / f"{name}.{fmt}", dpi=150, metadata=_metadata(fmt))
             finally:
                 plt.close(fig)
             sections[name] = mod.summarize(df).rstrip("\n") + "\n"
@@ -170,9 +175,10 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
             table, sections = _merge(out, names, table, sections)
         table = _data.with_holm(table)
         table.to_csv(tmp / "verdicts.csv", index=False)
-        (tmp / "summary.md").write_text(_summary(names if only else None, seeds, S, quick, paper,
-                                                 sections, table, kept=keep))
+        (tmp / "summary.md").write_text(_summary(names, seeds, S, quick, paper, sections, table))
         for f in sorted(tmp.iterdir()):
+            if _same_bytes(f, out / f.name):
+                continue  # a rerun that changes nothing rewrites nothing
             os.chmod(f, mode)
             os.replace(f, out / f.name)
     finally:
@@ -210,23 +216,34 @@ def _merge(out: Path, names, table, sections):
     return table.reset_index(drop=True), merged
 
 
+def _same_bytes(new: Path, old: Path) -> bool:
+    """``old`` exists and holds exactly ``new``'s bytes."""
+    import filecmp
+
+    return old.is_file() and filecmp.cmp(new, old, shallow=False)
+
+
 def _metadata(fmt: str) -> dict:
-    # No creation dates in the files, so a re-run with the same seeds gives the same bytes (PDF/SVG).
-    return {"pdf": {"CreationDate": None}, "svg": {"Date": None}}.get(fmt, {})
+    """savefig metadata without creation dates or the matplotlib version, so that a rerun with the same
+    seeds writes the same bytes, also under another matplotlib version (SVG ids: a fixed ``svg.hashsalt``)."""
+    return {"png": {"Software": None}, "pdf": {"CreationDate": None, "Creator": None, "Producer": None},
+            "svg": {"Date": None, "Creator": None}}[fmt]
 
 
-def _summary(only, seeds: int, S: int, quick: bool, paper: bool, sections: dict, table,
-             kept: bool = False) -> str:
+def _summary(names, seeds: int, S: int, quick: bool, paper: bool, sections: dict, table) -> str:
+    """summary.md: a header, the multiplicity table and one section per figure (``sections``: this run's
+    ``names`` and any kept from earlier runs). The header names the settings that make the numbers and
+    not the command line or a date, so that rerunning the same settings writes the same bytes."""
     import jax
 
     from .. import _verdict
 
-    if paper:
-        cmd = "python -m poolsim.figures" + (" --quick" if quick else "") + " --paper-seeds"
-    else:
-        cmd = "python -m poolsim.figures" + (" --quick" if quick else "") + f" --seeds {seeds}"
-    if only:
-        cmd += " --only " + " ".join(only)
+    flags = (" --quick" if quick else "") + (" --paper-seeds" if paper else
+                                             "" if seeds == DEFAULT_SEEDS else f" --seeds {seeds}")
+    kept = [n for n in sections if n not in names]
+    made = (f"Run settings: `python -m poolsim.figures{flags}` (JAX {jax.__version__})"
+            + (f"; the sections of {', '.join(kept)} were kept from an earlier run (each states its "
+               f"seeds; `--only NAME` remakes one)" if kept else ""))
     picture = f"the paper's {PAPER_SEEDS}-seed picture" if paper else f"{S} seeds"
     counts = table["verdict"].value_counts()
     head = [
@@ -235,9 +252,7 @@ def _summary(only, seeds: int, S: int, quick: bool, paper: bool, sections: dict,
         f"All data are SIMULATED (poolsim JAX Monte-Carlo engine, `poolsim.experiments`) unless a "
         f"row says REAL; {picture} (0..{S - 1}) per engine experiment (the costly figures use the "
         f"first seeds only; each section states its count), the paper's parameters unless marked "
-        f"(ours). Last command: `{cmd}` (JAX {jax.__version__})"
-        + (" -- sections of other figures were kept from earlier runs" if (only or kept) else "")
-        + ".",
+        f"(ours). {made}.",
         "",
         f"Verdicts (`verdicts.csv`, one row per claim): each claim is decided on the PAIRED "
         f"per-seed difference of the quantities it compares, with a 95% Student-t interval: "

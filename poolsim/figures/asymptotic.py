@@ -10,7 +10,7 @@ from . import _data
 
 NAME = "asymptotic"
 TITLE = "Asymptotic behaviour (Thm 1): eps_K = ||estimate - mu*|| vs K"
-SIMULATIONS = [("asymptotic", {})]
+SIMULATIONS: list[tuple[str, dict]] = [("asymptotic", {})]
 
 
 def compute(*, seeds: int, quick: bool, progress=None) -> pd.DataFrame:

@@ -17,7 +17,7 @@ from . import _baselines, _data
 NAME = "baselines"
 TITLE = "Matching vs robust location estimators on the same draws (ours, not in the paper)"
 EXPERIMENTS = ("asymptotic", "domain_addition")
-SIMULATIONS = [(name, {}) for name in EXPERIMENTS]
+SIMULATIONS: list[tuple[str, dict]] = [(name, {}) for name in EXPERIMENTS]
 MAX_SEEDS = 200  # robust estimators on the first 200 seeds (batched over seeds) ...
 MCD_SEEDS = 200  # ... sklearn MinCovDet on the first 200 of those (~0.2 s a seed; 60 left the
 # domain_addition comparison with MCD undecided)

@@ -15,7 +15,7 @@ from . import _data
 
 NAME = "domain_addition"
 TITLE = "Finite-sample robustness under domain addition (Thm 3)"
-SIMULATIONS = [("domain_addition", {})]
+SIMULATIONS: list[tuple[str, dict]] = [("domain_addition", {})]
 
 
 def compute(*, seeds: int, quick: bool, progress=None) -> pd.DataFrame:

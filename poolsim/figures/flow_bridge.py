@@ -46,9 +46,9 @@ from ._data import fmt_ci as fmt
 NAME = "flow_bridge"
 TITLE = "Thm 4: matching in a normalizing flow's latent space on non-Gaussian domains"
 
-PARAMS = dict(K=20, n=50, sigma=0.8, b=0.5, gamma=0.5, alpha=1.5, ps=(0.1, 0.3), p_real=0.3,
+PARAMS: dict[str, Any] = dict(K=20, n=50, sigma=0.8, b=0.5, gamma=0.5, alpha=1.5, ps=(0.1, 0.3), p_real=0.3,
               tau_rel=2.0, steps=400, features=("mean texture", "mean concavity"))
-QUICK = dict(ps=(0.3,), steps=150)
+QUICK: dict[str, Any] = dict(ps=(0.3,), steps=150)
 MAX_SEEDS = 40  # one flow fit per seed and data set (~0.5 s each on 2 CPU cores): 40 seeds decide
 STRATEGIES = ("pooling", "matching (data space)", "matching (flow latent space)")
 REAL = "breast cancer (real data)"
@@ -62,9 +62,15 @@ def banana_inverse(x: np.ndarray, b: float) -> np.ndarray:
     return np.stack([x[..., 0], x[..., 1] - b * (x[..., 0] ** 2 - 1)], axis=-1)
 
 
-def _simulated(seeds: np.ndarray, p: float, P: dict) -> list:
-    """Per seed ``(X (K, n, 2), mus (K, 2), target (2,))``; the K means of all seeds in one
-    ``vmap``-ed draw."""
+def simulated_draws(seeds: np.ndarray, p: float, P: dict) -> list:
+    """The simulated panel's domains: per seed ``(X (K, n, 2), mus (K, 2), target (2,))``.
+
+    ``seeds: (S,)`` integers, ``p`` the contamination probability of ``D_mu``
+    (:func:`poolsim.metadist.contaminated` with ``P["alpha"]``, ``P["gamma"]``), ``P`` the figure's
+    parameters (:data:`PARAMS`: ``K``, ``n``, ``sigma``, ``b``). Domain k's samples are the banana map
+    (:func:`banana`) of ``N(mus[k], sigma^2 I)`` draws; ``target`` is the banana image's mean for a
+    mean at the origin. The K means of all seeds come from one ``vmap``-ed draw.
+    """
     import jax
 
     from .. import metadist
@@ -110,7 +116,16 @@ def _tau(means: np.ndarray, tau_rel: float) -> float:
     return float(tau_rel * np.median(np.linalg.norm(means - med, axis=1)))
 
 
-def _one_seed(X: np.ndarray, target: np.ndarray, flow, tau_rel: float) -> dict:
+def one_seed(X: np.ndarray, target: np.ndarray, flow, tau_rel: float) -> dict:
+    """One seed's measurements: ``X: (K, n, 2)`` domains, ``target: (2,)``, ``flow`` a fitted flow
+    (:func:`poolsim.flows.fit_flows`), ``tau_rel`` the matching radius relative to the median distance
+    of the domain means to their median.
+
+    Returns ``{"eps/<estimator>": error to target}`` for pooling, matching in data space and matching
+    in the flow's latent space (mapped back by the flow), the Thm 4 quantities of the latent match
+    (``thm4/rms spread``, ``thm4/mean offset``, ``thm4/bound L_T tau``, ``thm4/|S_Z|``), the flow's
+    held-out NLL and both radii (``tau/data``, ``tau/latent``).
+    """
     import poolsim
 
     from .._core import weighted_mean
@@ -138,8 +153,11 @@ def _one_seed(X: np.ndarray, target: np.ndarray, flow, tau_rel: float) -> dict:
     return out
 
 
-def _kl(flow, X: np.ndarray, mus: np.ndarray, P: dict, seed: int) -> dict:
-    """Forward KL on the held-out points and reverse KL from flow samples (nats)."""
+def kl_divergences(flow, X: np.ndarray, mus: np.ndarray, P: dict, seed: int) -> dict:
+    """How well ``flow`` fits the simulated law (nats): forward KL estimated on the flow's held-out
+    points of ``X: (K, n, 2)`` and reverse KL (the paper's direction) from 2000 flow samples drawn with
+    ``seed``; the true density is the equal mixture of the K banana laws with means ``mus: (K, 2)``
+    and the parameters ``P`` (``b``, ``sigma``)."""
     from scipy.special import logsumexp
 
     def log_p(x):  # equal mixture of the K domains' banana laws (|det dg| = 1)
@@ -168,15 +186,15 @@ def compute(*, seeds: int, quick: bool, progress: Callable[[int], Any] | None = 
     datasets = [(f"banana, p = {p}", "simulated", p) for p in P["ps"]] + [(REAL, "real", None)]
     rows, verdicts = [], []
     for j, (label, kind, p) in enumerate(datasets):
-        draws = (_simulated(np.arange(S), p, P) if kind == "simulated"
+        draws = (simulated_draws(np.arange(S), p, P) if kind == "simulated"
                  else [_real(s, P, groups) for s in range(S)])
         fl = fit_flows(np.arange(S) + 7919 * j, np.stack([X.reshape(-1, 2) for X, _, _ in draws]),
                        steps=P["steps"])
         per_seed = []
         for s, ((X, mus, target), flow) in enumerate(zip(draws, fl)):
-            r = _one_seed(X, target, flow, P["tau_rel"])
+            r = one_seed(X, target, flow, P["tau_rel"])
             if mus is not None:
-                r.update(_kl(flow, X, mus, P, s))
+                r.update(kl_divergences(flow, X, mus, P, s))
             r["diff/pooling - latent matching"] = (r["eps/pooling"]
                                                    - r["eps/matching (flow latent space)"])
             r["diff/data matching - latent matching"] = (

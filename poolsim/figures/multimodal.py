@@ -36,8 +36,8 @@ from ._data import fmt_ci as fmt
 NAME = "multimodal"
 TITLE = "Multimodal matching: per-mode error as domains are added one by one"
 
-PARAMS = dict(M=3, R=5.0, sigma=0.8, n=50, gamma=0.5, alpha=1.5, p=0.3, tau=1.2, K0=9, K_max=45)
-QUICK = dict(K_max=18)
+PARAMS: dict[str, Any] = dict(M=3, R=5.0, sigma=0.8, n=50, gamma=0.5, alpha=1.5, p=0.3, tau=1.2, K0=9, K_max=45)
+QUICK: dict[str, Any] = dict(K_max=18)
 MAX_SEEDS = 100  # Python loop over seeds (~0.1 s each); 100 seeds decide every claim
 HIGH_PROBABILITY = 0.95
 STRATEGIES = ("pooling (true mode labels)", "multimodal matching")
@@ -78,7 +78,16 @@ def _draw(seed: int, P: dict, mu: np.ndarray | None = None):
     return X, np.arange(K) % P["M"], _modes(P["M"], P["R"])
 
 
-def _one_seed(seed: int, P: dict, mu: np.ndarray | None = None) -> dict:
+def one_seed(seed: int, P: dict, mu: np.ndarray | None = None) -> dict:
+    """One seed's run of multimodal matching as domains are added (K = ``P["K0"]`` .. ``P["K_max"]``).
+
+    ``P`` the figure's parameters (:data:`PARAMS`, optionally updated by :data:`QUICK`), ``mu: (K_max, 2)``
+    the domain means (drawn from ``seed`` if ``None``). Returns ``eps`` (strategy -> ``(len(Ks), M)``
+    per-mode errors), ``Ks``, the fractions of domains assigned to a wrong mode (``wrong``) or to none
+    (``unassigned``), the fraction of steps meeting the separation Lemma's premise (``lemma``), the
+    wrong assignments under that premise (``wrong_separated``) and ``nd``: per (strategy, mode) the
+    fraction of steps adding a domain of that mode whose error did not grow.
+    """
     from scipy.optimize import linear_sum_assignment
 
     import poolsim
@@ -92,7 +101,7 @@ def _one_seed(seed: int, P: dict, mu: np.ndarray | None = None) -> dict:
     rows, cols = linear_sum_assignment(cost)
     to_mode = np.empty(M, dtype=int)
     to_mode[rows] = cols  # centroid j estimates mode to_mode[j]
-    eps = {s: [] for s in STRATEGIES}
+    eps: dict[str, list] = {s: [] for s in STRATEGIES}
     wrong = unassigned = lemma_ok = wrong_sep = 0
     for K in range(K0, P["K_max"] + 1):
         if K > K0:
@@ -113,12 +122,13 @@ def _one_seed(seed: int, P: dict, mu: np.ndarray | None = None) -> dict:
         wrong_sep += n_wrong * int(separated)  # the Lemma's premise: wrong assignments under it
     Ks = np.arange(K0, P["K_max"] + 1)
     n_dom = int(np.sum(Ks))
-    out = {"eps": {s: np.array(v) for s, v in eps.items()}, "Ks": Ks,
-           "wrong": wrong / n_dom, "unassigned": unassigned / n_dom,
-           "lemma": lemma_ok / len(Ks), "wrong_separated": wrong_sep}
+    curves = {s: np.array(v) for s, v in eps.items()}  # (len(Ks), M) each
+    out: dict[str, Any] = {"eps": curves, "Ks": Ks,
+                           "wrong": wrong / n_dom, "unassigned": unassigned / n_dom,
+                           "lemma": lemma_ok / len(Ks), "wrong_separated": wrong_sep}
     # non-deterioration over steps K -> K+1 whose new domain (index K) belongs to mode m
     nd = {}
-    for s, e in out["eps"].items():
+    for s, e in curves.items():
         for m in range(M):
             steps = [i for i, K in enumerate(Ks[:-1]) if mode[K] == m]
             nd[(s, m)] = float(np.mean([e[i + 1, m] <= e[i, m] for i in steps]))
@@ -137,7 +147,7 @@ def compute(*, seeds: int, quick: bool, progress: Callable[[int], Any] | None = 
     runs = []
     mus = _draw_means(np.arange(S), P)
     for s in range(S):
-        runs.append(_one_seed(s, P, mus[s]))
+        runs.append(one_seed(s, P, mus[s]))
         if progress is not None:
             progress(1)
     base = dict(n_seeds=S, M=P["M"], tau=P["tau"], p=P["p"], alpha=P["alpha"], R=P["R"],
@@ -169,7 +179,7 @@ def progress_total(seeds: int, quick: bool) -> int:
 
 
 def claims(runs: list, P: dict) -> list[dict]:
-    """The paper's claims from the per-seed runs (:func:`_one_seed`)."""
+    """The paper's claims from the per-seed runs (:func:`one_seed`)."""
     M = P["M"]
     share = {s: np.array([np.mean([r["nd"][(s, m)] for m in range(M)]) for r in runs])
              for s in STRATEGIES}  # (S,) per strategy: own-mode steps without deterioration

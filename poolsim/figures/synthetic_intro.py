@@ -13,7 +13,7 @@ from . import _data
 NAME = "synthetic_intro"
 TITLE = "Asymmetric setting: domain means around a biased direction"
 EXPERIMENT = "asymptotic"
-SIMULATIONS = [(EXPERIMENT, {})]
+SIMULATIONS: list[tuple[str, dict]] = [(EXPERIMENT, {})]
 
 
 def compute(*, seeds: int, quick: bool, progress=None) -> pd.DataFrame:
