@@ -59,6 +59,7 @@ def _inputs(rng, B=3, n=6, d=3):
     return x, c, w, f
 
 
+@pytest.mark.slow
 def test_core_same_results_numpy_jax_jit_vmap_torch(rng):
     x, c, w, f = _inputs(rng)
     B = x.shape[0]

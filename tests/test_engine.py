@@ -11,6 +11,8 @@ import pytest
 
 from poolsim import _engine, _reference, experiments, metadist
 
+pytestmark = pytest.mark.slow  # the engine at paper sizes, ~6 min in all
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A small domain-addition set-up shared by several tests (few K values keep compiles short).
 SMALL = dict(Ks=(5, 9, 12), n=40, every=3, radius=2.5, gamma=0.5, jitter=0.2)

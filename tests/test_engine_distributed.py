@@ -12,6 +12,8 @@ import pytest
 
 from poolsim import experiments
 
+pytestmark = pytest.mark.slow  # two JAX processes
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Small domain-addition set-up (few K values keep the compiles short); 7 seeds do not divide
 # evenly over 2 processes, so the padding of the last block is exercised.

@@ -99,6 +99,7 @@ def _check_curve(df, ref, panel, extra=None):
         assert r.n_seeds == SEEDS
 
 
+@pytest.mark.slow
 def test_every_file_written(runs):
     out, _ = runs
     for name in FIGURES:
@@ -112,6 +113,7 @@ def test_every_file_written(runs):
     assert all(p.stat().st_mode & 0o777 == 0o666 & ~_UMASK for p in out.iterdir())
 
 
+@pytest.mark.slow
 def test_verdicts_csv_has_the_columns_and_two_seeds_never_decide(runs):
     out, _ = runs
     v = pd.read_csv(out / "verdicts.csv")
@@ -128,6 +130,7 @@ def test_verdicts_csv_has_the_columns_and_two_seeds_never_decide(runs):
     assert "0 holds, 0 does not hold" in summary
 
 
+@pytest.mark.slow
 def test_csv_numbers_equal_direct_api_call(runs):
     out, ref = runs
     _check_curve(_csv(out, "asymptotic"), ref["asymptotic"], "eps_vs_K")
@@ -142,6 +145,7 @@ def test_csv_numbers_equal_direct_api_call(runs):
         _check_curve(sym, ref[f"symmetric_{lay}"], "eps", f"layout == '{lay}'")
 
 
+@pytest.mark.slow
 def test_baselines_csv_matches_engine_and_independent_estimators(runs):
     out, ref = runs
     b = _csv(out, "baselines")
@@ -157,6 +161,7 @@ def test_baselines_csv_matches_engine_and_independent_estimators(runs):
     assert dict(zip(orc.K.astype(str), orc["mean"])) == pytest.approx(ref["oracle"], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_intro_points_are_the_drawn_means(runs):
     out, ref = runs
     pts = _csv(out, "synthetic_intro").query("panel == 'domain_means'")
@@ -394,6 +399,7 @@ def test_median_of_means_and_mcd_edges(rng):
     assert np.all(np.isfinite(_baselines.mcd(y, seed=0)))
 
 
+@pytest.mark.slow
 def test_mcd_process_pool_gives_the_sequential_fits(rng):
     # the figure fits MinCovDet in joblib's process pool once there are MCD_PARALLEL_MIN fits or
     # more: same locations, in the same order, as one sklearn fit per seed in this process

@@ -18,6 +18,7 @@ def run(request):
     return mod, df, ticks
 
 
+@pytest.mark.slow
 def test_compute_is_tidy_with_intervals(run):
     mod, df, ticks = run
     assert isinstance(mod.NAME, str) and isinstance(mod.TITLE, str)

@@ -195,6 +195,7 @@ def test_bad_parameters_raise_value_error_naming_them(case):
         call()
 
 
+@pytest.mark.slow
 def test_every_factory_records_name_target_and_parameters_in_any_dimension():
     """The fields theory.py and the engine read (name, mu_star, params, flags) are what each
     factory documents, for d = 1 (the 1-D closed forms) and d = 3; from_callable's defaults are

@@ -35,6 +35,7 @@ def paper_cells():
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("law, name, K", [("contaminated", "asymptotic", 50),
                                           ("outlier_schedule", "domain_addition", 30)])
 def test_map_engine_simulates_the_experiments_model(paper_cells, law, name, K):
@@ -90,6 +91,7 @@ def test_outlier_share_reproduces_every_third_domain():
 SPEC_MONO = _phase.GridSpec("contaminated", (30,), (100,), (1.2,))
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(6), deadline=None)
 @given(p1=st.floats(0.0, 0.35), dp=st.floats(0.03, 0.1), alpha=st.floats(3.2, 5.0))
 def test_more_contamination_never_helps_pooling_when_outliers_are_far(p1, dp, alpha):
@@ -188,6 +190,7 @@ def _domains(rng, K, N, shift_every=None, alpha=3.0):
     return mu[:, None, :] + rng.normal(0, 0.8, (K, N, 2))
 
 
+@pytest.mark.slow
 def test_advise_matches_when_far_outliers_and_pools_when_homogeneous(rng):
     a = advise(_domains(rng, 24, 60, shift_every=4), seeds=200)
     assert a.strategy == "match" and a.vs_pool.verdict == "holds"
@@ -263,6 +266,7 @@ def test_grid_rejects_bad_spec():
             _phase.run_grid(spec._replace(**bad), [0.1], [1.0], seeds=2)
 
 
+@pytest.mark.slow
 def test_on_the_fly_reduction_equals_per_seed_values_and_decide():
     # One seed at a time, the sums ARE that seed's values; their sums, cross-products and the
     # verdict decide_claim draws from them must equal the chunked, padded (40 = 16 + 16 + 8 seeds)

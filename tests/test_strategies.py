@@ -162,6 +162,7 @@ def _subsample_moments(X, counts, m, n):
     return xbar.mean(axis=0), between + s2.mean(axis=0) / (m * n)
 
 
+@pytest.mark.slow
 def test_subsample_law_matches_reference_and_closed_form():
     # Ragged domains whose rows trend with the row index, so that drawing rows non-uniformly (or
     # from the padding) moves the mean and variance.

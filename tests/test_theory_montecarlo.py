@@ -23,6 +23,7 @@ def _run(md, seed, sigma=SIGMA, init=jnp.zeros(D)):
             "match": np.asarray(matched)}
 
 
+@pytest.mark.slow
 def test_thm2_all_three_unbiased_under_symmetry():
     """Thm 2: symmetric D_mu about mu* = 0 and c0 = mu* -> E[estimate] = mu* (expected 0)."""
     est = _run(metadist.symmetric_gaussian(1.5, d=D), seed=11)
@@ -73,6 +74,7 @@ def _limits(md, seed):
             "match_centroid": _mc.mean_se(np.asarray(matched)[:, 0])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("md", [metadist.symmetric_gaussian(1.0, d=1), metadist.skewed(1.0, d=1)],
                          ids=["symmetric", "skewed"])
 def test_thm1_covariance_limits_at_large_K(md):
@@ -108,6 +110,7 @@ def test_matched_set_size_scales_as_tau_to_the_d(d):
 
 
 # ---------------------------------------------------------------- exchangeability of subsampling
+@pytest.mark.slow
 def test_subsample_exchangeable_in_law():
     """Cor. exchangeability (b): permuting domains leaves the law of the subsampled mean unchanged
     (two-sample KS test, independent keys) and the chosen domains stay uniform (chi^2 test)."""

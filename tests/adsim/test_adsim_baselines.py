@@ -17,7 +17,7 @@ from adsim.methods.baselines import anomalyclip, winclip
 from adsim.runtime.io import load_torch, read_json
 from adsim.training.train import train
 
-pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning"), pytest.mark.slow]  # slow: every baseline trained and benchmarked, ~2 min
 TRAIN_RUN = dict(target="Brain", train_domains=("Liver", "Chest"), backbone="tiny", seed=0, device="cpu")
 
 

@@ -148,6 +148,7 @@ def test_an_earlier_domain_is_protected_when_its_tokens_avoid_the_new_domains_fr
     assert drift["plain"] > 1e-2
 
 
+@pytest.mark.slow
 def test_protocol_runs_bilora_with_curves_da_and_paired_claims(tmp_path):
     out = tmp_path / "run"
     argv = ["protocol", "--simulate", "--quick", "--targets", "Chest", "--methods", "naive", "bilora",

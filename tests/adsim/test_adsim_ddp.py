@@ -24,7 +24,7 @@ import torch
 from adsim.cli.main import main
 from adsim.runtime import distributed
 
-pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning"), pytest.mark.slow]  # slow: torchrun process groups, ~2 min
 ROOT = Path(__file__).resolve().parents[2]
 RTOL, ATOL = 1e-5, 1e-6
 

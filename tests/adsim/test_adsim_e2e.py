@@ -128,6 +128,7 @@ def test_validate_choices():
     assert validate(base).train_domains == ("Liver", "Retina_RESC", "Retina_OCT2017", "Chest", "Histopathology")
 
 
+@pytest.mark.slow
 def test_authors_recipe_end_to_end_records_the_recipe(toy_root, tmp_path, capsys):
     run = tmp_path / "authors"
     argv = ["train", "--data", str(toy_root), "--target", "Brain", "--out", str(run), "--recipe", "authors",

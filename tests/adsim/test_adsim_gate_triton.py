@@ -27,6 +27,8 @@ from adsim.model import gate_triton as _gate_triton  # noqa: E402
 from adsim.model.matching import _compiled_scan, match, match_sequential  # noqa: E402
 from poolsim import _core  # noqa: E402
 
+pytestmark = pytest.mark.slow  # Triton's interpreter in a child process, ~2 min
+
 S, N, D = 3, 24, 24  # small: the interpreter runs each tile operation through NumPy
 TAU = {"l2": 1.3, "cosine": 0.7, "geodesic": 1.4}  # fixed radii inside the data's distance range
 

@@ -325,6 +325,7 @@ def test_volume_score_is_the_max_or_the_topk_mean_of_its_slice_scores():
 
 # -- scikit-image's retina pictures, zero-shot and trained ------------------------------------------------
 
+@pytest.mark.slow
 def test_retina_pictures_through_zero_shot_winclip_and_a_trained_toy_run(toy_root, tmp_path):
     data = pytest.importorskip("skimage.data")
     pics = {"retina": data.retina(), "microaneurysms": data.microaneurysms()}  # bundled with scikit-image

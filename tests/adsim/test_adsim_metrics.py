@@ -369,6 +369,7 @@ def pixel_cases(draw):
             draw(st.booleans()))
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(60), deadline=None)
 @given(pixel_cases())
 def test_binned_within_bound_of_exact_on_any_data(case):

@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from adsim.model.backbone import RandomWeightsWarning, build_backbone
@@ -18,6 +19,7 @@ NOTICE = ("warning: backbone tiny has RANDOM weights (no --checkpoint): results 
           "anomaly-detection AUC; use them only for tests and timing")
 
 
+@pytest.mark.slow
 def test_predict_with_the_tiny_backbone_prints_one_line_of_its_own(tmp_path):
     image = tmp_path / "scan.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64), dtype=np.uint8)).save(image)
@@ -43,6 +45,7 @@ def test_building_a_backbone_drops_only_open_clips_notice_and_restores_logging(c
     assert root.filters == filters
 
 
+@pytest.mark.slow
 def test_building_a_backbone_adds_no_handler_to_an_unconfigured_root_logger():
     """``logging.warning`` installs a stderr handler on a root logger without one (``basicConfig``): open_clip's
     call inside ``build_backbone`` must not leave one behind."""

@@ -229,6 +229,7 @@ def test_verdict_interval_is_scipys_one_sample_t_interval():
         verdict.decide(d, d[:3])
 
 
+@pytest.mark.slow
 def test_protocol_computes_provably_identical_metrics_once(tmp_path):
     from adsim.data import sim
     from adsim.experiments import protocol, sources

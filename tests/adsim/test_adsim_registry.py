@@ -53,6 +53,7 @@ def test_a_method_registered_from_outside_runs_through_the_detector(monkeypatch,
         methods.register_zero_shot("no spaces", _Contrast)
 
 
+@pytest.mark.slow
 def test_a_plugin_package_registers_through_its_entry_point(tmp_path):
     """An installed distribution with an ``adsim.methods`` entry point is imported by the catalog, and
     its method is usable by name in a fresh process (as ``predict --zero-shot NAME`` would be)."""

@@ -36,6 +36,7 @@ def counted(monkeypatch):
     return calls
 
 
+@pytest.mark.slow
 def test_table_grid_files_and_rerun_skips(toy_root, tmp_path, counted, capsys):
     out = tmp_path / "table"
     done = table.run(out, toy_root, **GRID)
