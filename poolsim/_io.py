@@ -76,6 +76,10 @@ class folder_lock:
     its holder exits or dies (even by SIGKILL), so a stale lock file from a dead process never blocks. The
     lock is per open file description: taking it twice in one process also refuses, by design.
 
+    A folder the lock created and that holds nothing but the lock file when it is released is removed again,
+    so a command refused before it wrote anything leaves no empty output folder behind. A waiter that then
+    holds a lock on the removed file notices (the path no longer names its file) and takes the lock anew.
+
     Written on ``fcntl`` rather than the ``filelock`` package because ``filelock`` opens the lock file with
     ``O_TRUNC`` on every attempt, which would erase the holder's PID and host before the refusal could name
     them. Where ``fcntl`` does not exist (Windows), ``msvcrt.locking`` on the file's first byte is used.
@@ -86,22 +90,31 @@ class folder_lock:
         self.folder = Path(folder)
         self.wait = bool(wait)
         self._fd = None
+        self._created = False
 
     def __enter__(self) -> "folder_lock":
         import socket
 
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            _lock_fd(fd, self.wait)
-        except BlockingIOError:
-            holder = os.pread(fd, 256, 0).decode("utf-8", "replace").strip()
+        while True:
+            self._created = not self.folder.exists()
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self.folder / LOCK_NAME
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                _lock_fd(fd, self.wait)
+            except BlockingIOError:
+                holder = os.pread(fd, 256, 0).decode("utf-8", "replace").strip()
+                os.close(fd)
+                raise FolderBusyError(self.folder, holder) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            try:  # the file locked is still the one at the path (a releasing creator may have removed it)
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
             os.close(fd)
-            raise FolderBusyError(self.folder, holder) from None
-        except BaseException:
-            os.close(fd)
-            raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         self._fd = fd
@@ -111,11 +124,18 @@ class folder_lock:
         self.release()
 
     def release(self) -> None:
-        """Drop the lock (idempotent). The lock file stays; its content no longer names a live holder."""
+        """Drop the lock (idempotent). The lock file stays, emptied, unless the lock created the folder and
+        nothing else was written there: then both go."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
             try:
                 os.ftruncate(fd, 0)
+                if self._created and os.listdir(self.folder) == [LOCK_NAME]:
+                    os.unlink(self.folder / LOCK_NAME)
+                    try:
+                        self.folder.rmdir()
+                    except OSError:  # something appeared meanwhile: it stays
+                        pass
             finally:
                 os.close(fd)  # closing the descriptor releases the flock
 

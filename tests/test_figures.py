@@ -410,12 +410,12 @@ def test_mcd_process_pool_gives_the_sequential_fits(rng):
     np.testing.assert_array_equal(_baselines._mcd_many(x, seeds), want)
 
 
-def test_readme_numbers_come_from_the_committed_run():
-    # Every "m [lo, hi]" the README's figures and audit sections quote appears verbatim in the
+def test_results_page_numbers_come_from_the_committed_run():
+    # Every "m [lo, hi]" the results page's figures and audit sections quote appears verbatim in the
     # committed figures/summary.md or docs/claims.md (numbers come from the committed run).
     root = pathlib.Path(__file__).resolve().parents[1]
-    readme = (root / "README.md").read_text()
-    part = readme.split("## Reproduced figures", 1)[1].split("\n## Monte-Carlo engine", 1)[0]
+    results = (root / "docs" / "results.md").read_text()
+    part = results.split("## Reproduced figures", 1)[1].split("\n## adsim", 1)[0]
     committed = (root / "figures" / "summary.md").read_text() + (root / "docs" / "claims.md").read_text()
     quoted = re.findall(r"[-+]?\d+\.\d+ \[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]", part)
     assert len(quoted) >= 5

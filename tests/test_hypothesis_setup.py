@@ -49,11 +49,12 @@ def test_finite_floats_domain(lo, hi):
         find(finite_floats(lo, hi, subnormal=True), lambda x: not lo <= x <= hi, settings=SEARCH)
 
 
-def test_readme_says_how_to_run_the_deep_profile():
+def test_docs_say_how_to_run_the_deep_profile():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    testing = readme.split("## Testing", 1)[1].split("\n## ", 1)[0]
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    testing = (docs / "getting-started.md").read_text().split("## Tests", 1)[1].split("\n## ", 1)[0]
     assert ("HYPOTHESIS_PROFILE=deep python -m pytest -q tests/test_theory_properties.py "
             "tests/test_multimodal.py") in testing
-    assert "mutmut run --max-children 1" in testing
+    assert "(mutation.md)" in testing
+    assert "mutmut run --max-children 1" in (docs / "mutation.md").read_text()

@@ -67,8 +67,15 @@ def test_release_lets_the_next_writer_in_and_clears_the_holder(tmp_path):
             with poolsim.folder_lock(tmp_path):
                 pass
     assert (tmp_path / ".lock").read_text() == ""
+
+
+def test_a_folder_the_lock_created_goes_if_nothing_was_written(tmp_path):
     with poolsim.folder_lock(tmp_path / "new" / "sub"):  # creates the folder
-        pass
+        assert (tmp_path / "new" / "sub" / ".lock").exists()
+    assert not (tmp_path / "new" / "sub").exists() and (tmp_path / "new").is_dir()
+    with poolsim.folder_lock(tmp_path / "kept"):
+        (tmp_path / "kept" / "result.csv").write_text("x\n")
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == [".lock", "result.csv"]
 
 
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
