@@ -30,6 +30,7 @@ from adsim.metrics.functional import auc_percent
 from adsim.model.backbone import build_backbone, fingerprint
 from adsim.model.head import (
     Head,
+    deferred_finite_checks,
     adapter_bottlenecks,
     features_from_bottlenecks,
     make_head,
@@ -79,8 +80,20 @@ def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, gri
     returns the features of the global batch and ``gather(batch)`` the global batch's labels and masks.
     ``loss_fn(cfg, module, out, batch) -> (loss, parts)``: a method's own objective (its
     :class:`adsim.methods.registry.Trainer`; ``head`` is then that method's trainable module), default the head's
-    :func:`objective`. Returns ``{"steps": n, loss name: mean over steps}``."""
+    :func:`objective`. Returns ``{"steps": n, loss name: mean over steps}``. NaN/inf features raise
+    ``ValueError`` at the end of the epoch (before any checkpoint), not at the step: the steps read
+    nothing back to the host (:func:`adsim.model.head.deferred_finite_checks`)."""
     head.train()
+    with deferred_finite_checks() as pending:  # NaN/inf features: checked at the epoch's end, not per step
+        return _epoch_steps(cfg, head, opt, scaler, batches, forward, grid, device, amp, desc, progress, gather,
+                            loss_fn, pending)
+
+
+def _epoch_steps(cfg, head, opt, scaler, batches, forward, grid, device, amp, desc, progress, gather, loss_fn,
+                 pending) -> dict:
+    """:func:`train_epoch`'s loop. A step reads nothing back to the host (no GPU sync), except the
+    authors' gate filter (``gate_filter="skip_step"``, below), the exact slerp gate's replay
+    (``adsim.model.matching.moved_steps``) and, with ``progress``, every 10th step's loss and finite flag."""
     sums, steps = {}, 0
     bar = tqdm(batches, desc=desc, disable=not progress, leave=False)
     for batch in bar:
@@ -110,6 +123,7 @@ def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, gri
             sums[k] = sums.get(k, 0.0) + v
         steps += 1
         if progress and steps % 10 == 1:  # a host sync, so not every step
+            pending.check()
             bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
     return {"steps": steps, **{k: float(v) / max(steps, 1) for k, v in sums.items()}}
 
