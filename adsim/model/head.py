@@ -229,7 +229,8 @@ class DeferredFiniteChecks:
         """Raise ``ValueError`` unless every flag so far was true (one host sync; none when no flag)."""
         flag, self.flag = self.flag, None
         if flag is not None and not bool(flag):
-            raise ValueError(_NOT_FINITE)
+            raise ValueError("NaN or inf in a training step's token features or loss (check the input images "
+                             "and the checkpoint)")
 
 
 _DEFERRED: list = []  # the open deferred_finite_checks() scopes, innermost last

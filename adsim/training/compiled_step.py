@@ -65,6 +65,7 @@ import torch
 
 from adsim.model.head import adapter_bottlenecks, check_finite, features_from_bottlenecks, finite
 from adsim.model.objective import head_terms, total_loss
+from adsim.runtime import compile_cache
 
 MODES = ("auto", "default", "reduce-overhead")
 # what ``train(compile_mode=...)`` and ``--compile`` accept: a mode, "cuda" (the default: reduce-overhead on a
@@ -161,6 +162,7 @@ class _Regions:
         self.restore = restore  # module whose buffers are restored before an eager redo (graph breaks)
 
     def compile(self, fn):
+        compile_cache.configure()  # generated code cached per user: a second process loads it
         # a code object of its own: dynamo keeps compiled graphs, and counts recompilations against its
         # limit (8), per code object, so the regions built for other configs in this process do not count
         def region(*args):

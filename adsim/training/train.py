@@ -80,9 +80,9 @@ def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, gri
     returns the features of the global batch and ``gather(batch)`` the global batch's labels and masks.
     ``loss_fn(cfg, module, out, batch) -> (loss, parts)``: a method's own objective (its
     :class:`adsim.methods.registry.Trainer`; ``head`` is then that method's trainable module), default the head's
-    :func:`objective`. Returns ``{"steps": n, loss name: mean over steps}``. NaN/inf features raise
-    ``ValueError`` at the end of the epoch (before any checkpoint), not at the step: the steps read
-    nothing back to the host (:func:`adsim.model.head.deferred_finite_checks`)."""
+    :func:`objective`. Returns ``{"steps": n, loss name: mean over steps}``. NaN/inf features or a
+    NaN/inf loss raise ``ValueError`` at the end of the epoch (before any checkpoint), not at the step:
+    the steps read nothing back to the host (:func:`adsim.model.head.deferred_finite_checks`)."""
     head.train()
     with deferred_finite_checks() as pending:  # NaN/inf features: checked at the epoch's end, not per step
         return _epoch_steps(cfg, head, opt, scaler, batches, forward, grid, device, amp, desc, progress, gather,
@@ -108,6 +108,7 @@ def _epoch_steps(cfg, head, opt, scaler, batches, forward, grid, device, amp, de
                 and float(parts["n_pass"]) == 0)
         parts["skipped"] = torch.tensor(float(skip))
         parts["loss"] = loss.detach()
+        pending.add(torch.isfinite(parts["loss"]))  # every method's loss, read at the epoch's end
         if skip:
             for k, v in parts.items():
                 sums[k] = sums.get(k, 0.0) + v
