@@ -20,10 +20,10 @@ SCORES = ("logit_max", "logit_mean", "authors_prob_mean")
 DEFAULT_SCORE = "logit_max"
 # torch.compile modes of the training step (adsim.training.compiled_step; a test checks they agree)
 MODES = ("auto", "default", "reduce-overhead")
-# what --compile accepts: a mode, "cuda" (the default: reduce-overhead on a CUDA device in one process,
-# else eager) or "off" (eager)
+# what --compile accepts: a mode, "cuda" (reduce-overhead on a CUDA device in one process, else eager) or
+# "off" (eager, the default: compiling pays back only after several epochs, docs/compile.md)
 COMPILE_CHOICES = (*MODES, "cuda", "off")
-DEFAULT_COMPILE = "cuda"
+DEFAULT_COMPILE = "off"
 # the matching core's metrics (poolsim's METRICS; a test checks they agree)
 METRICS = ("l2", "cosine", "geodesic")
 # the built-in training-free methods (adsim.methods.baselines registers them; a test checks they agree)

@@ -181,8 +181,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     Under torchrun, data-parallel (``adsim.runtime.distributed``; ``cfg.batch_size`` is the global batch).
     ``trunk_cache``: compute the frozen trunk's tokens once and train from them (``adsim.training.cache``;
     same result, less time per epoch, RAM for the cache). ``compile_mode`` (one of
-    ``adsim.training.compiled_step.CHOICES``; default ``"cuda"``: compiled with CUDA graphs on a CUDA
-    device in one process, eager elsewhere; ``None`` or ``"off"``: eager): ``torch.compile`` the step
+    ``adsim.training.compiled_step.CHOICES``; default ``"off"``: eager, ``docs/compile.md`` says when
+    compiling pays back; ``"cuda"``: compiled with CUDA graphs on a CUDA device in one process, eager elsewhere): ``torch.compile`` the step
     after the frozen trunk (``adsim.training.compiled_step``; same result up to float rounding, fewer
     kernel launches; one process; falls back to eager with one warning if compilation fails). Both are
     run settings, not recipe fields: recorded in ``config.json`` under ``"execution"`` (with the world
