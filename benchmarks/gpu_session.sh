@@ -18,8 +18,11 @@
 # Each section has its own timeout so that a slow one cannot eat the others' time. A session's 15 minutes
 # of device time hold two calls on one warm machine (the start-up, 1-2 minutes, counts too):
 #
-#     SECTIONS="mc gate ad" bash benchmarks/gpu_session.sh     # env 10 + 90 + 60 + 240 s = 400 s at most
-#     SECTIONS="e2e bl" bash benchmarks/gpu_session.sh         # env 10 + 300 + 120 + 120 s = 550 s at most
+#     SECTIONS="gate sync exact ad" bash benchmarks/gpu_session.sh   # env 10 + 60 + 60 + 60 + 240 s = 430 s at most
+#     SECTIONS="e2e bl" bash benchmarks/gpu_session.sh               # env 10 + 300 + 120 + 120 s = 550 s at most
+#
+# Both calls write a warm compile cache (adsim.runtime.compile_cache) into $HOME's cache: the second call's
+# compiled steps are its warm measurement. The targets table prints even when a section is cut (trap).
 #
 # (measured on an H200, 2026-11-26: the first call took 400 s with its ad section cut short at 210 s, the
 # e2e section needed ~300 s at 60 s per command and did not finish, "bl" took 60 s). SECTIONS="mc gate ad
@@ -41,6 +44,7 @@ export PYTHONUNBUFFERED=1
 SECTIONS=${SECTIONS:-mc gate ad e2e}
 TARGETS="$OUT/targets.txt"
 : > "$TARGETS"
+trap 'python3 benchmarks/gpu_targets.py "$TARGETS" | tee "$OUT/targets.md"' EXIT
 on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   git log --oneline -1 2>/dev/null
@@ -89,5 +93,13 @@ on bl && timeout 120 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-
 on bl && timeout 120 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 \
     --iters 5 --train-step 2>&1 | grep -v "^WARNING:root" | tee "$OUT/baselines_step.log"
 
-# 6. One table of every target (measured vs target, met or not).
-python3 benchmarks/gpu_targets.py "$TARGETS" | tee "$OUT/targets.md"
+# 6. Host syncs: one training step of every method and gate under torch.cuda.set_sync_debug_mode("error").
+on sync && timeout 60 python3 benchmarks/gpu_sync_check.py --targets "$TARGETS" 2>&1 | grep -v "^WARNING:root" \
+    | tee "$OUT/sync.log"
+
+# 7. The exact vs batched post-adapter step, profiled (phases, host syncs, aten ops). CPU profile only today:
+#    benchmarks/adsim_exact_step.py runs its child on CPU tensors.
+on exact && timeout 60 python3 benchmarks/adsim_exact_step.py --batch 16 --iters 3 --out "$OUT/exact.md" 2>&1 \
+    | tee "$OUT/exact.log"
+
+# The table of every target (measured vs target, met or not) prints from the EXIT trap above.

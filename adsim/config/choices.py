@@ -24,12 +24,12 @@ DEFAULT_SCORE = "logit_max"
 # torch.compile modes of the training step (adsim.training.compiled_step; a test checks they agree)
 MODES = ("auto", "default", "reduce-overhead")
 """``torch.compile`` modes of the compiled training step."""
-# what --compile accepts: a mode, "cuda" (the default: reduce-overhead on a CUDA device in one process,
-# else eager) or "off" (eager)
+# what --compile accepts: a mode, "cuda" (reduce-overhead on a CUDA device in one process, else eager) or
+# "off" (eager, the default: compiling pays back only after several epochs, docs/compile.md)
 COMPILE_CHOICES = (*MODES, "cuda", "off")
 """What ``--compile`` accepts: a :data:`MODES` entry, ``"cuda"`` or ``"off"``."""
-DEFAULT_COMPILE = "cuda"
-"""``--compile``'s default: CUDA graphs on one CUDA device, eager elsewhere."""
+DEFAULT_COMPILE = "off"
+"""``--compile``'s default: eager (compiling pays back only after several epochs; ``docs/compile.md``)."""
 # the matching core's metrics (poolsim's METRICS; a test checks they agree)
 METRICS = ("l2", "cosine", "geodesic")
 """Distances of the matching gate (``poolsim.core.METRICS``)."""

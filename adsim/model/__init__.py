@@ -11,6 +11,6 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         'head': ['VACA', 'Features', 'Head', 'anomaly_maps', 'features', 'features_from_bottlenecks', 'features_from_tokens', 'image_scores', 'make_head', 'text_embeddings', 'trunk_tokens'],
         'matching': ['CentroidBank', 'Matched', 'match', 'match_sequential'],
         'objective': ['matching_losses', 'objective'],
-        'prompting': ['encode_text_deep', 'run_prompted_blocks'],
+        'prompting': ['encode_text_deep', 'pooled_length', 'run_prompted_blocks'],
     },
 )

@@ -27,6 +27,7 @@ dimension (adapter bottleneck = text embedding size), ``L = 4`` adapter layers.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
@@ -214,10 +215,53 @@ def finite(feats: Features) -> torch.Tensor:
     return torch.isfinite(feats.image_logits).all() & torch.isfinite(torch.stack(feats.seg_logits)).all()
 
 
+_NOT_FINITE = "NaN or inf in the token features (check the input images and the checkpoint)"
+
+
+class DeferredFiniteChecks:
+    """The flags :func:`check_finite` received inside :func:`deferred_finite_checks`, combined on the
+    device (no host sync) until :meth:`check` reads them."""
+
+    def __init__(self):
+        self.flag = None
+
+    def add(self, flag: torch.Tensor) -> None:
+        self.flag = flag if self.flag is None else self.flag & flag
+
+    def check(self) -> None:
+        """Raise ``ValueError`` unless every flag so far was true (one host sync; none when no flag)."""
+        flag, self.flag = self.flag, None
+        if flag is not None and not bool(flag):
+            raise ValueError("NaN or inf in a training step's token features or loss (check the input images "
+                             "and the checkpoint)")
+
+
+_DEFERRED: list = []  # the open deferred_finite_checks() scopes, innermost last
+
+
+@contextmanager
+def deferred_finite_checks():
+    """Context manager: inside it :func:`check_finite` only records its flag (on the device) in the
+    :class:`DeferredFiniteChecks` it yields; the flags are read on ``pending.check()`` and when the
+    scope ends without an exception. The training loop checks once per epoch (and at each
+    progress-bar update) instead of once per step: a host read per step would stall a GPU's queue."""
+    pending = DeferredFiniteChecks()
+    _DEFERRED.append(pending)
+    try:
+        yield pending
+    finally:
+        _DEFERRED.remove(pending)
+    pending.check()
+
+
 def check_finite(flag: torch.Tensor) -> None:
-    """Raise ``ValueError`` unless :func:`finite`'s ``flag`` is true (one host sync)."""
+    """Raise ``ValueError`` unless :func:`finite`'s ``flag`` is true (one host sync); inside
+    :func:`deferred_finite_checks`, record ``flag`` there instead (no sync)."""
+    if _DEFERRED:
+        _DEFERRED[-1].add(flag)
+        return
     if not bool(flag):
-        raise ValueError("NaN or inf in the token features (check the input images and the checkpoint)")
+        raise ValueError(_NOT_FINITE)
 
 
 def check_score(score: str) -> str:

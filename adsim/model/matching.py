@@ -294,24 +294,55 @@ def ema_trajectory(f, c0, moved, r, alpha: float):
     return torch.where(any_moved, core.normalize(c), c0)
 
 
-def slerp_trajectory(f, c0, moved, alpha: float):
+def slerp_trajectory(f, c0, moved, alpha: float, steps=None):
     """Centroids after the slerp steps of Algorithm 1, ``(S, d)``: the literal chain replayed over the
     features that moved some slot's centroid.
 
     ``f: (S, n, d)`` unit features, ``c0: (S, d)`` start centroids, ``moved: (S, n)`` 0/1 decisions
-    (no gradient). Slerp has no weighted-sum form, so each moving step is one ``core.slerp_update``
+    (no gradient). Slerp has no weighted-sum form, so each replayed step is one ``core.slerp_update``
     of all ``S`` slots, blended with the decision as the literal loop of :func:`match` does
     (``a * slerp(c, f_j) + (1 - a) * c``); steps where no slot moved are skipped (they change nothing
     and, as in the loop, pass no gradient). Values and gradients are therefore the literal loop's,
-    with at most ``n`` vectorised steps instead of ``S * n`` gate-and-move steps. Reading which steps
-    moved is one host sync.
+    with at most ``n`` vectorised steps instead of ``S * n`` gate-and-move steps. ``steps``: the
+    indices ``j`` to replay (a host list, e.g. :func:`moved_steps` of several centroids at once; any
+    superset of the moving steps gives the same result, since a step with ``a = 0`` keeps ``c``);
+    ``None`` reads them from ``moved`` (one host sync).
     """
     moved = moved.to(f.dtype)
+    if steps is None:
+        steps = moved_steps([moved])[0]
     c = c0.clone()  # a new tensor even when nothing moves (c0 may be a view of a bank buffer)
-    for j in torch.nonzero(moved.amax(0) > 0).flatten().tolist():
+    for j in steps:
         a = moved[:, j, None]
         c = a * _move(c, f[:, j], alpha, "slerp") + (1.0 - a) * c
     return c
+
+
+def moved_steps(moved: list) -> list:
+    """``[[j, ...], ...]``: per ``moved_k: (S_k, n_k)`` 0/1 decisions, the steps ``j`` where some slot moved,
+    read to the host in ONE synchronisation for all of them (slerp's replay, :func:`slerp_trajectory`,
+    needs them as host indices: the one host decision of the exact slerp gate)."""
+    if not moved:
+        return []
+    flags = torch.cat([m.amax(0) > 0 for m in moved])
+    hits = torch.nonzero(flags).flatten().tolist()  # the host read
+    out, start = [], 0
+    for m in moved:
+        n = m.shape[1]
+        out.append([j - start for j in hits if start <= j < start + n])
+        start += n
+    return out
+
+
+class Decided(NamedTuple):
+    """The exact gate's decisions for one set of slots (:func:`sequential_decisions`), before the centroids
+    are rebuilt (:func:`sequential_centroids`)."""
+    f: torch.Tensor      # (S, n, d) unit features (carry grad)
+    state: list          # [c_pos (S, d), c_neg (S, d), init_pos (S,), init_neg (S,)] start state
+    acc_pos: torch.Tensor  # (S, n) 0/1
+    acc_neg: torch.Tensor
+    r_pos: torch.Tensor    # (S, n) EMA normalisers (slerp: the decisions again)
+    r_neg: torch.Tensor
 
 
 def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
@@ -342,6 +373,17 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
     if f.ndim != 3 or c_pos.shape != (f.shape[0], f.shape[2]) or y.shape != (f.shape[1],):
         raise ValueError(f"match_sequential wants f (S, n, d), c (S, d), y (n,); got f {tuple(f.shape)}, "
                          f"c {tuple(c_pos.shape)}, y {tuple(y.shape)}")
+    dec = sequential_decisions(f, y, valid, c_pos, c_neg, init_pos, init_neg, metric=metric, alpha=alpha,
+                               update=update, scan_device=scan_device, tau=tau, scan_backend=scan_backend)
+    return sequential_centroids(dec, alpha=alpha, update=update)
+
+
+def sequential_decisions(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str, alpha: float,
+                         update: str, scan_device: str = "auto", tau: float | None = None,
+                         scan_backend: str = "auto") -> Decided:
+    """The first half of :func:`match_sequential` (arguments as there, checked there): normalise ``f``
+    and take Algorithm 1's decisions (Triton kernel or JAX scan; no gradient, no host synchronisation
+    on CUDA)."""
     f = core.normalize(f.float())
     y, valid = y.to(f.dtype), valid.to(f.dtype)
     is_pos, is_neg = (1.0 - y) * valid, y * valid
@@ -355,20 +397,45 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
             on_gpu = hasattr(args[0], "devices") and next(iter(args[0].devices())).platform == "gpu"
             scan = _compiled_scan(metric, alpha, GPU_UNROLL if on_gpu else 1, tau, update)
             acc_pos, acc_neg, r_pos, r_neg = (_to_torch(a, f.device) for a in scan(*args))
+    return Decided(f, state, acc_pos, acc_neg, r_pos, r_neg)
+
+
+def sequential_centroids(dec: Decided, *, alpha: float, update: str, steps=None) -> Matched:
+    """The second half of :func:`match_sequential`: the centroids from the decisions ``dec`` -- the EMA
+    as one weighted sum (:func:`ema_trajectory`), slerp replayed (:func:`slerp_trajectory`, over
+    ``steps``: the host indices of the steps where either centroid of any slot moved; ``None``: read
+    here, one host sync for both centroids)."""
+    f, state = dec.f, dec.state
     if update == "ema":
-        c_pos = ema_trajectory(f, state[0], acc_pos * (r_pos > 0), r_pos, alpha)
-        c_neg = ema_trajectory(f, state[1], acc_neg * (r_neg > 0), r_neg, alpha)
+        c_pos = ema_trajectory(f, state[0], dec.acc_pos * (dec.r_pos > 0), dec.r_pos, alpha)
+        c_neg = ema_trajectory(f, state[1], dec.acc_neg * (dec.r_neg > 0), dec.r_neg, alpha)
     else:
-        c_pos = slerp_trajectory(f, state[0], acc_pos, alpha)
-        c_neg = slerp_trajectory(f, state[1], acc_neg, alpha)
-    init_pos = torch.maximum(state[2], acc_pos.amax(-1))
-    init_neg = torch.maximum(state[3], acc_neg.amax(-1))
-    return Matched(c_pos, c_neg, acc_pos, acc_neg, init_pos, init_neg)
+        if steps is None:
+            steps = moved_steps([torch.maximum(dec.acc_pos, dec.acc_neg)])[0]
+        c_pos = slerp_trajectory(f, state[0], dec.acc_pos, alpha, steps)
+        c_neg = slerp_trajectory(f, state[1], dec.acc_neg, alpha, steps)
+    init_pos = torch.maximum(state[2], dec.acc_pos.amax(-1))
+    init_neg = torch.maximum(state[3], dec.acc_neg.amax(-1))
+    return Matched(c_pos, c_neg, dec.acc_pos, dec.acc_neg, init_pos, init_neg)
+
+
+def sequential_sets(sets: list, *, metric: str, alpha: float, update: str, tau: float | None = None,
+                    scan_backend: str = "auto") -> list:
+    """:func:`match_sequential` for several sets of slots at once, ``sets = [(f (S, n, d), y (n,),
+    valid (n,), c_pos, c_neg, init_pos, init_neg)]`` -> ``[Matched]``: every set's decisions first, then
+    (slerp) ONE host read of the steps to replay for all sets (:func:`moved_steps`), then the centroids.
+    The EMA needs no host read at all."""
+    decs = [sequential_decisions(*s, metric=metric, alpha=alpha, update=update, tau=tau, scan_backend=scan_backend)
+            for s in sets]
+    steps = [None] * len(decs)
+    if update != "ema":
+        steps = moved_steps([torch.maximum(d.acc_pos, d.acc_neg) for d in decs])
+    return [sequential_centroids(d, alpha=alpha, update=update, steps=st) for d, st in zip(decs, steps)]
 
 
 # Under torch.compile the sequential gate runs eagerly between compiled graphs (a graph break): its
 # decisions come from a JAX scan through DLPack or a hand-launched Triton kernel, which dynamo does not trace.
-_match_sequential_uncompiled = torch.compiler.disable(match_sequential)
+_sequential_sets_uncompiled = torch.compiler.disable(sequential_sets)
 
 
 class CentroidBank(torch.nn.Module):
@@ -399,20 +466,31 @@ class CentroidBank(torch.nn.Module):
     def step(self, start: int, f, y, valid, *, unit: bool = False) -> Matched:
         """``Matched`` with a leading slot axis ``S`` on every field. ``unit=True``: the rows of ``f``
         are already unit vectors (skips the normalisation; batched mode only, else ignored)."""
-        sl = slice(start, start + f.shape[0])
-        state = (self.c_pos[sl], self.c_neg[sl], self.init_pos[sl], self.init_neg[sl])
+        return self.steps([(start, f, y, valid)], unit=unit)[0]
+
+    def steps(self, items: list, *, unit: bool = False) -> list:
+        """:meth:`step` for several sets ``items = [(start, f (S, n, d), y (n,), valid (n,))]`` (disjoint slot
+        ranges) -> ``[Matched]``. The exact gate takes every set's decisions before any centroid is rebuilt,
+        so that slerp reads the steps it replays for all sets in one host synchronisation
+        (:func:`sequential_sets`); the EMA and the batched gate need none."""
+        slices = [slice(start, start + f.shape[0]) for start, f, _, _ in items]
+        states = [(self.c_pos[sl], self.c_neg[sl], self.init_pos[sl], self.init_neg[sl]) for sl in slices]
         if self.mode == "batched":
-            f = f.float() if unit else core.normalize(f.float())
-            y, valid = y.to(f.dtype), valid.to(f.dtype)
-            out = _batched(f, (1.0 - y) * valid, y * valid, *state, metric=self.metric, alpha=self.alpha,
-                           update=self.update, tau=self.tau)
-        else:  # exact sequential gate, all slots in one compiled scan (EMA and slerp)
-            out = _match_sequential_uncompiled(f, y, valid, *state, metric=self.metric, alpha=self.alpha,
-                                               tau=self.tau, update=self.update, scan_backend=self.scan_backend)
+            outs = []
+            for (_, f, y, valid), state in zip(items, states):
+                f = f.float() if unit else core.normalize(f.float())
+                y, valid = y.to(f.dtype), valid.to(f.dtype)
+                outs.append(_batched(f, (1.0 - y) * valid, y * valid, *state, metric=self.metric, alpha=self.alpha,
+                                     update=self.update, tau=self.tau))
+        else:  # exact sequential gate, all slots of a set in one kernel / compiled scan (EMA and slerp)
+            outs = _sequential_sets_uncompiled([(f, y, valid, *state) for (_, f, y, valid), state in zip(items, states)],
+                                               metric=self.metric, alpha=self.alpha, update=self.update, tau=self.tau,
+                                               scan_backend=self.scan_backend)
         if self.training:
             with torch.no_grad():
-                self.c_pos[sl] = out.c_pos.detach()
-                self.c_neg[sl] = out.c_neg.detach()
-                self.init_pos[sl] = out.init_pos.detach()
-                self.init_neg[sl] = out.init_neg.detach()
-        return out
+                for sl, out in zip(slices, outs):
+                    self.c_pos[sl] = out.c_pos.detach()
+                    self.c_neg[sl] = out.c_neg.detach()
+                    self.init_pos[sl] = out.init_pos.detach()
+                    self.init_neg[sl] = out.init_neg.detach()
+        return outs

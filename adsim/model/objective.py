@@ -55,7 +55,8 @@ def matching_losses(cfg: TrainConfig, head: Head, feats, labels, masks, has_mask
     takes both centroids of a slot in one pass."""
     lm = cfg.metric if cfg.loss_metric == "gate" else "geodesic"
     sets = match_sets(cfg, feats, labels, masks, has_mask, grid)
-    matched = [(f, owner, v, head.centroids.step(start, f, y, v, unit=True)) for start, f, y, v, owner in sets]
+    outs = head.centroids.steps([(start, f, y, v) for start, f, y, v, _ in sets], unit=True)
+    matched = [(f, owner, v, m) for (_, f, _, v, owner), m in zip(sets, outs)]
     keep = torch.ones_like(labels)
     if cfg.gate_filter == "skip_step":
         failed = torch.zeros_like(labels)

@@ -63,7 +63,14 @@ def run_prompted_blocks(backbone, x: torch.Tensor, prompts, *, capture=()) -> tu
     return x[:, :t], captured
 
 
-def encode_text_deep(backbone, tokens: torch.Tensor, *, embeds: torch.Tensor | None = None, deep=()) -> torch.Tensor:
+def pooled_length(tokens: torch.Tensor) -> int:
+    """Positions of ``tokens (S, T)`` that CLIP's end-of-text (``argmax``) pooling can see: up to the last
+    end-of-text token, the highest token id (one host read; :func:`encode_text_deep`'s ``length``)."""
+    return int(tokens.argmax(-1).max()) + 1
+
+
+def encode_text_deep(backbone, tokens: torch.Tensor, *, embeds: torch.Tensor | None = None, deep=(),
+                     length: int | None = None) -> torch.Tensor:
     """Unit text embeddings ``(S, E)`` of ``tokens (S, T)`` through the frozen text tower, computed as
     ``open_clip.CLIP.encode_text`` does (token embedding, positional embedding, the blocks with the causal
     mask, ``ln_final``, end-of-text pooling, text projection), with two insertions:
@@ -73,7 +80,9 @@ def encode_text_deep(backbone, tokens: torch.Tensor, *, embeds: torch.Tensor | N
       overwritten by ``deep[i - 1]``, ``(S, t, D)`` or ``(t, D)`` (shared by the sequences).
 
     Differentiable in ``embeds`` and ``deep``. With the causal mask and end-of-text pooling of CLIP the
-    sequences are cut after the last end-of-text token (the same embeddings, fewer positions computed)."""
+    sequences are cut after the last end-of-text token (the same embeddings, fewer positions computed):
+    ``length`` = :func:`pooled_length` of ``tokens``, computed once by a caller whose tokens do not change
+    (``None``: read from ``tokens`` here, a host sync per call)."""
     model = backbone.model
     blocks = model.transformer.resblocks
     deep = list(deep)
@@ -94,7 +103,7 @@ def encode_text_deep(backbone, tokens: torch.Tensor, *, embeds: torch.Tensor | N
     if mask is not None and model.text_pool_type == "argmax":
         # causal attention: a position attends only to itself and earlier ones, so the positions after the
         # last end-of-text token (the pooled one) cannot change any pooled output; they are not computed
-        n = max(int(tokens.argmax(-1).max()) + 1, 1 + max((d.shape[-2] for d in deep), default=0))
+        n = max(pooled_length(tokens) if length is None else length, 1 + max((d.shape[-2] for d in deep), default=0))
         tokens, x, mask = tokens[:, :n], x[:, :n], mask[:n, :n]
     x = x + model.positional_embedding[:n].to(cast)
     batch_first = getattr(model.transformer, "batch_first", True)

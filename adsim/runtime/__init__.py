@@ -1,4 +1,5 @@
-"""Run-time services below everything else: run-folder I/O, device and precision, torch.distributed.
+"""Run-time services below everything else: run-folder I/O, device and precision, torch.distributed,
+the compiled-program cache.
 
 Names load on first use (``lazy_loader``), so importing this package costs nothing.
 """
@@ -6,7 +7,7 @@ import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
-    submodules=['device', 'distributed', 'files', 'io'],
+    submodules=['compile_cache', 'device', 'distributed', 'files', 'io'],
     submod_attrs={
         'files': ['check_writable', 'os_error_line', 'remove_stale_temporaries'],
         'io': ['UnsafeCheckpointError', 'convert_checkpoint', 'load_torch', 'plain', 'read_json', 'save_torch', 'write_json'],

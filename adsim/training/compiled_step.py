@@ -65,12 +65,14 @@ import torch
 
 from adsim.model.head import adapter_bottlenecks, check_finite, features_from_bottlenecks, finite
 from adsim.model.objective import head_terms, total_loss
+from adsim.runtime import compile_cache
 
 MODES = ("auto", "default", "reduce-overhead")
-# what ``train(compile_mode=...)`` and ``--compile`` accept: a mode, "cuda" (the default: reduce-overhead on a
-# CUDA device in one process, else eager) or "off" (eager)
+# what ``train(compile_mode=...)`` and ``--compile`` accept: a mode, "cuda" (reduce-overhead on a CUDA device in
+# one process, else eager) or "off" (eager, the default: compiling one ViT-L step costs 37-57 s on an H200 and
+# pays back after ~1,900-2,200 steps, several epochs of a BMAD training set at B = 16; docs/compile.md)
 CHOICES = (*MODES, "cuda", "off")
-DEFAULT = "cuda"
+DEFAULT = "off"
 # torch.compile backend of the training step; the AOTAutograd tests set "aot_eager" (graph capture and
 # AOTAutograd without code generation), the inductor tests keep it
 BACKEND = "inductor"
@@ -161,6 +163,7 @@ class _Regions:
         self.restore = restore  # module whose buffers are restored before an eager redo (graph breaks)
 
     def compile(self, fn):
+        compile_cache.configure()  # generated code cached per user: a second process loads it
         # a code object of its own: dynamo keeps compiled graphs, and counts recompilations against its
         # limit (8), per code object, so the regions built for other configs in this process do not count
         def region(*args):

@@ -33,6 +33,7 @@ from adsim.metrics.functional import auc_percent
 from adsim.model.backbone import build_backbone, fingerprint
 from adsim.model.head import (
     Head,
+    deferred_finite_checks,
     adapter_bottlenecks,
     features_from_bottlenecks,
     make_head,
@@ -82,8 +83,20 @@ def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, gri
     returns the features of the global batch and ``gather(batch)`` the global batch's labels and masks.
     ``loss_fn(cfg, module, out, batch) -> (loss, parts)``: a method's own objective (its
     :class:`adsim.methods.registry.Trainer`; ``head`` is then that method's trainable module), default the head's
-    :func:`objective`. Returns ``{"steps": n, loss name: mean over steps}``."""
+    :func:`objective`. Returns ``{"steps": n, loss name: mean over steps}``. NaN/inf features or a
+    NaN/inf loss raise ``ValueError`` at the end of the epoch (before any checkpoint), not at the step:
+    the steps read nothing back to the host (:func:`adsim.model.head.deferred_finite_checks`)."""
     head.train()
+    with deferred_finite_checks() as pending:  # NaN/inf features: checked at the epoch's end, not per step
+        return _epoch_steps(cfg, head, opt, scaler, batches, forward, grid, device, amp, desc, progress, gather,
+                            loss_fn, pending)
+
+
+def _epoch_steps(cfg, head, opt, scaler, batches, forward, grid, device, amp, desc, progress, gather, loss_fn,
+                 pending) -> dict:
+    """:func:`train_epoch`'s loop. A step reads nothing back to the host (no GPU sync), except the
+    authors' gate filter (``gate_filter="skip_step"``, below), the exact slerp gate's replay
+    (``adsim.model.matching.moved_steps``) and, with ``progress``, every 10th step's loss and finite flag."""
     sums, steps = {}, 0
     bar = tqdm(batches, desc=desc, disable=not progress, leave=False)
     for batch in bar:
@@ -98,6 +111,7 @@ def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, gri
                 and float(parts["n_pass"]) == 0)
         parts["skipped"] = torch.tensor(float(skip))
         parts["loss"] = loss.detach()
+        pending.add(torch.isfinite(parts["loss"]))  # every method's loss, read at the epoch's end
         if skip:
             for k, v in parts.items():
                 sums[k] = sums.get(k, 0.0) + v
@@ -113,6 +127,7 @@ def train_epoch(cfg: TrainConfig, head: Head, opt, scaler, batches, forward, gri
             sums[k] = sums.get(k, 0.0) + v
         steps += 1
         if progress and steps % 10 == 1:  # a host sync, so not every step
+            pending.check()
             bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
     return {"steps": steps, **{k: float(v) / max(steps, 1) for k, v in sums.items()}}
 
@@ -169,8 +184,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     Under torchrun, data-parallel (``adsim.runtime.distributed``; ``cfg.batch_size`` is the global batch).
     ``trunk_cache``: compute the frozen trunk's tokens once and train from them (``adsim.training.cache``;
     same result, less time per epoch, RAM for the cache). ``compile_mode`` (one of
-    ``adsim.training.compiled_step.CHOICES``; default ``"cuda"``: compiled with CUDA graphs on a CUDA
-    device in one process, eager elsewhere; ``None`` or ``"off"``: eager): ``torch.compile`` the step
+    ``adsim.training.compiled_step.CHOICES``; default ``"off"``: eager, ``docs/compile.md`` says when
+    compiling pays back; ``"cuda"``: compiled with CUDA graphs on a CUDA device in one process, eager elsewhere): ``torch.compile`` the step
     after the frozen trunk (``adsim.training.compiled_step``; same result up to float rounding, fewer
     kernel launches; one process; falls back to eager with one warning if compilation fails). Both are
     run settings, not recipe fields: recorded in ``config.json`` under ``"execution"`` (with the world

@@ -78,7 +78,7 @@ from adsim.methods.baselines.common import check_images, image_embedding, layer_
 from adsim.methods.registry import Method, Output, Trainer, register_trained, register_trainer
 from adsim.model import losses
 from adsim.model.backbone import run_blocks, upsample_patches
-from adsim.model.prompting import encode_text_deep, run_prompted_blocks
+from adsim.model.prompting import encode_text_deep, pooled_length, run_prompted_blocks
 from poolsim import core
 
 LENGTH, DEPTH = 5, 4       # --prompting_length 5, --prompting_depth 4 (train.py:164-165)
@@ -124,6 +124,7 @@ class HybridPrompts(nn.Module):
             self.cls = nn.Linear(e, e)
         self.register_buffer("tokens", tokens.to(model.token_embedding.weight.device), persistent=False)
         self.length, self.n_normal = length, len(texts["normal"])
+        self.pooled = pooled_length(tokens)  # encode_text_deep's cut, read once on the host
 
 
 def frozen_embedding(backbone, images: torch.Tensor) -> torch.Tensor:
@@ -157,7 +158,7 @@ def text_features(backbone, prompts: HybridPrompts, dyn_text: torch.Tensor) -> t
     b, (s, _) = dyn_text.shape[0], prompts.tokens.shape
     deep = [(layer + dyn_text)[:, None].expand(-1, s, -1, -1).reshape(b * s, *layer.shape)
             for layer in prompts.text_static]
-    emb = encode_text_deep(backbone, prompts.tokens.repeat(b, 1), deep=deep).view(b, s, -1)
+    emb = encode_text_deep(backbone, prompts.tokens.repeat(b, 1), deep=deep, length=prompts.pooled).view(b, s, -1)
     n = prompts.n_normal
     return torch.stack([core.normalize(emb[:, :n].mean(1)), core.normalize(emb[:, n:].mean(1))], dim=1)
 

@@ -71,7 +71,7 @@ from adsim.methods.baselines.common import check_images, load_checked, log_odds,
 from adsim.methods.registry import Method, Output, Trainer, register_trained, register_trainer
 from adsim.model import losses
 from adsim.model.backbone import run_blocks, upsample_patches
-from adsim.model.prompting import encode_text_deep
+from adsim.model.prompting import encode_text_deep, pooled_length
 from poolsim import core
 
 N_CTX = 12           # learnable tokens per prompt (AnomalyCLIP's prompt length)
@@ -114,7 +114,7 @@ class PromptLearner(nn.Module):
         self.ctx = nn.Parameter(0.02 * torch.randn(2, n_ctx, width, generator=gen))
         self.deep = nn.Parameter(0.02 * torch.randn(depth - 1, t, width, generator=gen))
         self.register_buffer("tokens", tokens.to(model.token_embedding.weight.device), persistent=False)
-        self.n_ctx = n_ctx
+        self.n_ctx, self.pooled = n_ctx, pooled_length(tokens)  # read once, on the host
 
 
 def text_features(backbone, learner: PromptLearner) -> torch.Tensor:
@@ -125,7 +125,7 @@ def text_features(backbone, learner: PromptLearner) -> torch.Tensor:
     model, tokens, n = backbone.model, learner.tokens, learner.n_ctx
     emb = model.token_embedding(tokens).to(model.transformer.get_cast_dtype())
     x = torch.cat([emb[:, :1], learner.ctx.to(emb.dtype), emb[:, 1 + n:]], dim=1)
-    return encode_text_deep(backbone, tokens, embeds=x, deep=tuple(learner.deep))
+    return encode_text_deep(backbone, tokens, embeds=x, deep=tuple(learner.deep), length=learner.pooled)
 
 
 def vv_attention(block, h: torch.Tensor) -> torch.Tensor:

@@ -56,7 +56,7 @@ from torch.nn.utils import parametrize
 from adsim.config.prompts import prompt_texts
 from adsim.methods.baselines.common import load_checked, positive_int
 from adsim.methods.registry import HeadMethod, Trainer, register_trained, register_trainer
-from adsim.model.head import features, make_head, text_embeddings
+from adsim.model.head import adapter_bottlenecks, features_from_bottlenecks, make_head, text_embeddings, trunk_tokens
 from adsim.model.objective import objective
 
 RANK = 8  # frequencies per side and domain (capped at half the smaller side of each weight)
@@ -274,8 +274,10 @@ def start_domain(cfg, head, index: int) -> None:
 
 
 def train_forward(head, backbone, images: torch.Tensor):
-    """Training forward: the head's features (``adsim.model.head.features``) on the frozen tower."""
-    return features(backbone, head, images)
+    """Training forward: the head's features (``adsim.model.head.features``) on the frozen tower, without
+    its NaN/inf check (a host sync; the training loop checks the loss instead)."""
+    return features_from_bottlenecks(head, *adapter_bottlenecks(backbone, head, trunk_tokens(backbone, images)),
+                                     check=False)
 
 
 def train_loss(cfg, head, feats, batch: dict) -> tuple:
