@@ -69,7 +69,7 @@ class Mosaic(torch.utils.data.Dataset):
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
         self.dataset, self.rate, self.seed = dataset, float(rate), seed
-        members = {}
+        members: dict = {}
         for i, g in enumerate(groups):
             members.setdefault(g, []).append(i)
         self.pool = [members[g] for g in groups]  # item i -> the items of its group (shared lists)

@@ -120,7 +120,8 @@ class Lazy:
     backbone in its pickle."""
 
     def __init__(self, factory: Callable, *args, **kwargs):
-        self.factory, self.args, self.kwargs, self._built = factory, args, kwargs, None
+        self.factory, self.args, self.kwargs = factory, args, kwargs
+        self._built: Source | None = None
 
     def __call__(self, seed: int) -> Source:
         if self._built is None:

@@ -298,7 +298,7 @@ def compute_pair(out, data, target: str, method: str, shots: list, opts: dict) -
 def _run_jobs(out: Path, data, todo: list, opts: dict, resources) -> tuple:
     """One job per (target, method) of ``todo``; returns ``(computed, pending, failed)``, ``failed`` as
     :class:`poolsim.cluster.Outcome`'s (jobs still failing after their retries)."""
-    pairs = {}
+    pairs: dict = {}
     for t, m, k in todo:
         pairs.setdefault((t, m), []).append(k)
     job_opts = {**opts, "progress": False,
