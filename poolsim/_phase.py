@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _engine, _rng
+from . import _cache, _engine, _rng
 
 LAWS = ("contaminated", "outlier_schedule")
 SHARE_DENOM = 36  # outlier_schedule shares are j / 36 (1/3 = 12/36 is the paper's "every third")
@@ -345,6 +345,7 @@ def run_grid(spec: GridSpec, shares, shifts, *, seeds: int | np.ndarray, chunk: 
     seeds = np.asarray(seeds, np.int64)
     if chunk < 1:
         raise ValueError(f"chunk must be a positive integer, got {chunk}")
+    _cache.enable_jax_cache()
     # the traced parameters are left out of the compiled program's cache key
     fn = _compiled(spec._replace(taus=len(spec.taus), sigma=None, gamma=None))
     dt = jnp.float32
