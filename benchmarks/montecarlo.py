@@ -15,8 +15,12 @@ Everything is measured ``--repeat`` times (default 3; the machine is shared) and
 the median; the targets line lists each run's ratios. A profile line splits one chunk's time
 into the engine's two programs (draws, estimates) and the host sample medians.
 
-Writes a Markdown table with machine info and the load average to ``benchmarks/RESULTS.md``
-(section "Monte-Carlo engine", replaced in place) unless ``--no-write``.
+Then the user calls at ``--big`` seeds (default 10^5): ``run``, ``summarize``, the frame build and
+the materialised ``simulate``, as ratios against the reference timed in the same run.
+
+Writes a Markdown table with machine info and the load average to
+``benchmarks/results/montecarlo.md`` (section "Monte-Carlo engine (CPU)", replaced in place)
+unless ``--no-write``.
 
     python benchmarks/montecarlo.py [--seeds 100 1000 10000] [--ref-max-seeds N] [--baseline REV]
                                     [--repeat 3] [--no-write]
@@ -185,15 +189,44 @@ def profile(S: int = 2048) -> str:
         spec, P = ex.spec("domain_addition", materialize=mat)
         draw_fn, est_fn = _engine._compiled(spec, P["dtype"])
         draws = draw_fn(seeds)
-        cells = [best(draw_fn, seeds), best(est_fn, draws)]
-        if mat:
+        if mat:  # the sample medians run on the host between the programs
             smp = np.asarray(draws.samples).reshape(S, -1, spec.d)
-            cells.append(best(lambda x, s=spec: _engine.host_prefix_medians(x, s.n, s.Ks), smp))
+            med = _engine.host_prefix_medians(smp, spec.n, spec.Ks)
+            cells = [best(draw_fn, seeds), best(est_fn, draws, med),
+                     best(lambda x, s=spec: _engine.host_prefix_medians(x, s.n, s.Ks), smp)]
+        else:
+            cells = [best(draw_fn, seeds), best(est_fn, draws)]
         out.append(f"{'materialised' if mat else 'sufficient statistics'}: draws {cells[0]:.0f} ms, "
-                   f"estimates {cells[1]:.0f} ms" + (f" (of which host sample medians {cells[2]:.0f} ms)"
+                   f"estimates {cells[1]:.0f} ms" + (f" (plus host sample medians {cells[2]:.0f} ms between them)"
                                                      if mat else ""))
     return f"Profile, one chunk of {S:,} seeds (best of 3, ms, load {os.getloadavg()[0]:.1f}): " + \
         "; ".join(out) + ".\n\n"
+
+
+def user_calls(S: int, repeat: int) -> str:
+    """Issue 31's targets at ``S`` seeds (sufficient path): what a user calls -- ``run`` (per-seed
+    frame), ``summarize`` (on-device reduction), ``simulate`` of the frame's fields, the frame
+    build alone -- and the materialised ``simulate``, each against the NumPy reference timed in
+    the same run (on at most 300 seeds, scaled). Best of ``repeat`` warm calls."""
+    from poolsim import experiments as ex
+
+    def best(f):
+        return min(call_times(f, iters=repeat, warmup=1))
+
+    ref = time_reference(300) / 300 * S
+    kw = dict(seeds=S, materialize=False)
+    t_run = best(lambda: ex.run("domain_addition", **kw))
+    t_sum = best(lambda: ex.summarize("domain_addition", **kw))
+    t_sim = best(lambda: ex.simulate("domain_addition", fields=ex.FRAME_FIELDS, **kw))
+    res, P = ex.simulate("domain_addition", fields=ex.FRAME_FIELDS, **kw)
+    t_frame = best(lambda: ex.frame("domain_addition", res, P))
+    t_mat = best(lambda: ex.simulate("domain_addition", seeds=S, fields=ex.FRAME_FIELDS))
+    met = lambda r, t: f"{r:,.0f}x ({'met' if r >= t else 'NOT met'}, target >= {t}x)"  # noqa: E731
+    return (f"User calls at {S:,} seeds (best of {repeat}; reference {ref:,.0f} s scaled from 300 "
+            f"seeds): sufficient `run` {t_run:.2f} s = {met(ref / t_run, 350)}; `summarize` "
+            f"{t_sum:.2f} s = {met(ref / t_sum, 350)}; `run` / `summarize` {t_run / t_sum:.2f} "
+            f"(target <= 1.15); of `run`: `simulate` of the frame's fields {t_sim:.2f} s, frame "
+            f"{t_frame:.2f} s; materialised `simulate` {t_mat:.2f} s = {met(ref / t_mat, 50)}.\n\n")
 
 
 def targets(rows) -> str:
@@ -241,7 +274,9 @@ def main(argv=None) -> str:
                          "(marked 'extrapolated' in the table); default: run them all")
     ap.add_argument("--n-values", type=int, nargs="+", default=[100, 1000, 10000, 100000])
     ap.add_argument("--n-seeds", type=int, default=10000, help="seeds for the n sweep")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS.md"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "montecarlo.md"))
+    ap.add_argument("--big", type=int, default=100_000,
+                    help="seed count of the user-call ratios (run, summarize, materialised); 0 skips")
     ap.add_argument("--baseline", default=None, metavar="REV",
                     help="also time poolsim/_engine.py as of git revision REV (before/after)")
     ap.add_argument("--repeat", type=int, default=3,
@@ -300,7 +335,8 @@ def main(argv=None) -> str:
             "sigma = 0.8, d = 2), float32 engine; the reference is the NumPy loop version in "
             "`poolsim/_reference.py` (float64). Ratios are engine / reference seeds/s in this run; "
             f"every cell is the median of {args.repeat} repeats of the whole measurement.\n\n"
-            + "\n".join(lines) + "\n\n" + targets(rows) + prof + NOTE)
+            + "\n".join(lines) + "\n\n" + targets(rows)
+            + (user_calls(args.big, args.repeat) if args.big else "") + prof + NOTE)
     print(body)
     if not args.no_write:
         write_section(args.out, "Monte-Carlo engine (CPU)", body)

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _core, _rng
+from . import _cache, _core, _rng
 
 STRATEGIES = ("pool", "subsample", "match")
 
@@ -498,10 +498,12 @@ def _draw_batch(spec: Spec, dtype, seeds) -> _Draws:
     return _Draws(means, samples, xbar, jax.vmap(lambda k: _sub_draws(k, spec, dtype))(k_sub))
 
 
-def _batch(spec: Spec, dtype, draws: _Draws, host_medians: bool = True) -> SeedResult:
+def _batch(spec: Spec, dtype, draws: _Draws, medians=None) -> SeedResult:
     """Second program: the estimates for a batch of seeds from their :func:`_draw_batch` draws,
     seed axis leading: the same results as ``vmap`` of :func:`_one_seed` (tested), organised for
-    speed. The paper's sample medians for every seed go to the host in one call; pooling and
+    speed. ``medians (S, nK, d)``: the paper's sample-median starts, computed on the host between
+    the two programs (:func:`host_medians_outside`), or ``None`` (computed here: XLA's
+    :func:`prefix_medians`, or the domain means' medians on the sufficient path). Pooling and
     subsampling -- no loops, nothing carried between K values -- are evaluated for all K at once
     (``vmap`` over K, measured 3.5x cheaper than inside the scan); only matching runs in a
     ``lax.scan`` over the K values, as one batched loop per K (:func:`_batched_match`) instead of
@@ -517,8 +519,10 @@ def _batch(spec: Spec, dtype, draws: _Draws, host_medians: bool = True) -> SeedR
     sub_est, m = jax.vmap(per_k, in_axes=(0, 0, 0 if samples is not None else None, None, None))(
         sub, xbar, samples, masks, Ks)  # (S, nK, d), (S, nK)
     if spec.init == "median":
-        if samples is not None:
-            c0 = jax.vmap(lambda p: _grouped_medians(p, spec.n, spec.Ks, host_medians))(
+        if medians is not None:
+            c0 = medians
+        elif samples is not None:
+            c0 = jax.vmap(lambda p: _grouped_medians(p, spec.n, spec.Ks, host=False))(
                 samples.reshape(S, -1, spec.d))
         else:
             c0 = few_prefix_medians(xbar, spec.Ks) if spec.K_max <= 32 else \
@@ -609,9 +613,21 @@ def _mesh(ndev: int):
     return jax.sharding.Mesh(np.array(jax.local_devices()[:ndev]), ("seeds",))
 
 
+def host_medians_outside(spec: Spec, ndev: int = 1) -> bool:
+    """Whether the paper's sample medians (materialised samples, ``init="median"``) are computed
+    on the host between the engine's two programs (one CPU device) rather than inside the second
+    (XLA's :func:`prefix_medians`, accelerators and several devices). On the host they take
+    :func:`host_prefix_medians` (NumPy's sort, ~10x XLA's CPU sort); between the programs rather
+    than as a callback inside, because JAX's persistent compilation cache does not store programs
+    that call back into Python."""
+    return spec.materialize and spec.init == "median" and ndev == 1 and \
+        jax.default_backend() == "cpu"
+
+
 def _compiled(spec: Spec, dtype_name: str, ndev: int = 1) -> tuple[Callable, Callable]:
     """The engine's two jitted programs per (spec, dtype, devices), :func:`_draw_batch` and
-    :func:`_batch` (``est(draw(seeds))``): the compile-count test checks each traces once.
+    :func:`_batch` (``est(draw(seeds))``, or ``est(draws, medians)`` where
+    :func:`host_medians_outside`): the compile-count test checks each traces once.
 
     On ``ndev > 1`` local devices each program is a ``shard_map`` over the seed axis: every device
     runs the whole computation on its own block of seeds (its own matching loops, its own trip
@@ -624,8 +640,7 @@ def _compiled(spec: Spec, dtype_name: str, ndev: int = 1) -> tuple[Callable, Cal
 @functools.lru_cache(maxsize=64)
 def _compiled_cached(spec: Spec, dtype_name: str, ndev: int) -> tuple[Callable, Callable]:
     dtype = jnp.dtype(dtype_name)
-    fns = (functools.partial(_draw_batch, spec, dtype),
-           functools.partial(_batch, spec, dtype, host_medians=ndev == 1))
+    fns = (functools.partial(_draw_batch, spec, dtype), functools.partial(_batch, spec, dtype))
     return tuple(jax.jit(_per_device(f, ndev)) for f in fns)
 
 
@@ -674,11 +689,12 @@ _AHEAD = 2
 
 def _gather(outs: list, S: int, chunk: int, on_device: bool):
     """One pytree of NumPy arrays with leading axis ``S`` from the per-batch device results
-    ``outs`` (each with leading axis ``chunk``; the last one padded). Every transfer is started
-    (``copy_to_host_async``) before the first is waited on. ``on_device``: the batches are
-    concatenated on the device and each field crosses once; else each batch's arrays are copied
-    into preallocated host arrays (several devices: a batch's array is spread over them; CPU: the
-    copy is the host's own memory, and the result stays writeable)."""
+    ``outs`` (each with leading axis ``chunk``; the last one padded; ``None`` leaves -- fields
+    not asked for -- stay ``None``). Every transfer is started (``copy_to_host_async``) before
+    the first is waited on. ``on_device``: the batches are concatenated on the device and each
+    field crosses once; else each batch's arrays are copied into preallocated host arrays
+    (several devices: a batch's array is spread over them; CPU: the copy is the host's own
+    memory, and the result stays writeable)."""
     last = S - (len(outs) - 1) * chunk
     if on_device:
         outs = outs[:-1] + [jax.tree.map(lambda a: a[:last], outs[-1])] if last < chunk else outs
@@ -700,22 +716,42 @@ def _gather(outs: list, S: int, chunk: int, on_device: bool):
     return jax.tree.unflatten(tree, host)
 
 
-def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: int = 2048,
+# Seed counts up to this run in one chunk of this many seeds; larger ones in chunks of ``chunk``.
+# Two compiled shapes per experiment at most, whatever the seed counts (a test counts them).
+SMALL_CHUNK = 64
+
+
+def chunk_size(S: int, chunk: int, ndev: int = 1) -> int:
+    """Seeds per program call for a run of ``S`` seeds: ``SMALL_CHUNK`` when ``S`` is at most
+    that (and ``chunk`` is larger), else ``chunk``; rounded up to a multiple of the device count
+    ``ndev``. Fixed shapes, the last chunk padded: a new seed count does not recompile."""
+    if S <= SMALL_CHUNK < chunk:
+        chunk = SMALL_CHUNK
+    return -(-chunk // ndev) * ndev
+
+
+def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: int = 1024,
              shard: bool = True, progress: Callable[[int], None] | None = None,
              distributed: bool = False, batched: bool = True,
-             summary: bool = False) -> SeedResult | Summary:
+             summary: bool = False, fields: tuple | None = None) -> SeedResult | Summary:
     """Run ``spec`` for every seed in ``seeds`` (int array). Seed s uses ``jax.random.key(s)``'s
     numbers (through :func:`poolsim._rng.fast_key`), so a seed's result does not depend on the
-    other seeds, the chunking, the sharding or the process. ``batched=False`` runs the plain
-    ``vmap`` of :func:`_one_seed` instead (same results, slower; the tests' oracle).
+    other seeds, the sharding or the process, and -- up to float32 rounding, XLA fusing
+    reductions differently for another batch shape -- not on the chunking either.
+    ``batched=False`` runs the plain ``vmap`` of :func:`_one_seed` instead (same results, slower;
+    the tests' oracle).
 
-    Seeds are processed in chunks of ``chunk`` (the last one padded, so one trace serves all;
-    ~2k seeds per chunk was fastest on a 2-core CPU, larger ones fall out of cache);
-    with several local devices each chunk is split over them (chunk rounded up to a multiple of
-    the device count), each device running its block alone (:func:`_compiled`). Chunks are
-    dispatched without waiting for their results (at most ``_AHEAD`` unfinished ahead of the
-    oldest); the results stay on the device until all are done and cross to the host once
-    (:func:`_gather`).
+    Seeds are processed in chunks of :func:`chunk_size` seeds (``chunk``, or
+    :data:`SMALL_CHUNK` for small runs; the last chunk padded, so one compiled program serves
+    every seed count above ``SMALL_CHUNK``); with several local devices each chunk is split over
+    them (chunk rounded up to a multiple of the device count), each device running its block
+    alone (:func:`_compiled`). Chunks are dispatched without waiting for their results (at most
+    ``_AHEAD`` unfinished ahead of the oldest); the results stay on the device until all are
+    done and cross to the host once (:func:`_gather`).
+
+    ``fields``: names of the :class:`SeedResult` fields to bring to the host (default: all);
+    the others are ``None`` in the result (:func:`poolsim.experiments.run` asks only for what its
+    frame reads).
 
     ``summary=True``: no per-seed results leave the device; each chunk is reduced there to the
     :class:`Moments` of eps per K and strategy and of the paired differences :data:`PAIRS`, and a
@@ -730,6 +766,11 @@ def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: in
     """
     seeds = np.asarray(seeds, dtype=np.int64)
     S = len(seeds)
+    if fields is not None:
+        fields = tuple(fields)
+        unknown = [f for f in fields if f not in SeedResult._fields]
+        if unknown:
+            raise ValueError(f"fields must be names among {SeedResult._fields}, got {unknown}")
     if distributed:
         if not jax.distributed.is_initialized():
             raise RuntimeError(f"distributed=True but jax.distributed is not initialised: "
@@ -738,7 +779,7 @@ def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: in
         padded = np.concatenate([seeds, np.full(per * jax.process_count() - S, seeds[-1])])
         local = _simulate_local(spec, padded[start:start + per], max(0, min(per, S - start)),
                                 dtype=dtype, chunk=chunk, shard=shard, progress=progress,
-                                batched=batched, summary=summary)
+                                batched=batched, summary=summary, fields=fields)
         from jax.experimental import multihost_utils
 
         ctx = jax.enable_x64(True) if dtype == "float64" or summary else contextlib.nullcontext()
@@ -746,40 +787,50 @@ def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: in
             full = multihost_utils.process_allgather(local, tiled=True)
         if summary:
             return combine(Moments(*(np.asarray(a) for a in full)))
-        return SeedResult(*(np.asarray(a)[:S] for a in full))
+        return SeedResult(*(None if a is None else np.asarray(a)[:S] for a in full))
     out = _simulate_local(spec, seeds, S, dtype=dtype, chunk=chunk, shard=shard,
-                          progress=progress, batched=batched, summary=summary)
+                          progress=progress, batched=batched, summary=summary, fields=fields)
     return combine(out) if summary else out
 
 
 def _simulate_local(spec: Spec, seeds: np.ndarray, n_valid: int, *, dtype: str, chunk: int,
-                    shard: bool, progress, batched: bool, summary: bool):
+                    shard: bool, progress, batched: bool, summary: bool,
+                    fields: tuple | None = None):
     """:func:`simulate` on this process's devices; the first ``n_valid`` seeds count (the rest
     pad a distributed block). Returns a :class:`SeedResult` or, with ``summary``, the
     :class:`Moments` (NumPy, one row per chunk and device; float64)."""
+    _cache.enable_jax_cache()
     S = len(seeds)
     ndev = len(jax.local_devices()) if shard else 1
-    # Fewer seeds than `chunk`: round up to a power of two, so runs of similar size share one
-    # compiled shape; the last chunk is padded.
-    chunk = min(chunk, 1 << (S - 1).bit_length())
-    chunk = -(-chunk // ndev) * ndev
+    chunk = chunk_size(S, chunk, ndev)
     n_chunks = -(-S // chunk)
     seeds = seeds.astype(np.uint32)
     seeds = np.concatenate([seeds, np.full(n_chunks * chunk - S, seeds[-1], np.uint32)])
     place = (jax.sharding.NamedSharding(_mesh(ndev), jax.sharding.PartitionSpec("seeds"))
              if ndev > 1 else None)
     ctx = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
+    outside = batched and host_medians_outside(spec, ndev)
+    keep = None if fields is None or summary else set(fields)
     outs, waiting = [], []
     with ctx:
         fns = _compiled(spec, dtype, ndev) if batched else (_compiled_vmapped(spec, dtype, ndev),)
         moments = _compiled_moments(spec, ndev) if summary else None
         for i in range(n_chunks):
             out = jax.device_put(seeds[i * chunk:(i + 1) * chunk], place)
-            for fn in fns:
-                out = fn(out)
+            if outside:
+                draw_fn, est_fn = fns
+                out = draw_fn(out)
+                medians = host_prefix_medians(np.asarray(out.samples).reshape(chunk, -1, spec.d),
+                                              spec.n, spec.Ks)
+                out = est_fn(out, medians)
+            else:
+                for fn in fns:
+                    out = fn(out)
             if summary:
                 valid = np.arange(i * chunk, (i + 1) * chunk) < n_valid
                 out = moments(out, jax.device_put(valid, place))
+            elif keep is not None:
+                out = out._replace(**{f: None for f in out._fields if f not in keep})
             outs.append(out)
             waiting.append((out, min(chunk, S - i * chunk)))
             if len(waiting) > _AHEAD:

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _cluster, _engine, _rng
+from . import _cache, _cluster, _engine, _rng
 
 LAWS = ("contaminated", "outlier_schedule")
 SHARE_DENOM = 36  # outlier_schedule shares are j / 36 (1/3 = 12/36 is the paper's "every third")
@@ -321,6 +321,7 @@ def aux_names(spec: GridSpec) -> tuple:
 
 def _parts(spec: GridSpec, shares, shifts, seeds: np.ndarray, chunk: int, progress=None) -> list:
     """Per chunk of ``seeds``: the compiled program's ``[sums, gram, aux]`` (float64), in seed order."""
+    _cache.enable_jax_cache()
     # the traced parameters are left out of the compiled program's cache key
     fn = _compiled(spec._replace(taus=len(spec.taus), sigma=None, gamma=None))
     dt = jnp.float32

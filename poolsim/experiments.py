@@ -48,7 +48,7 @@ class Experiment(NamedTuple):
 
 
 COMMON = dict(sigma=0.8, d=2, mu_star=0.0, metric="l2", init="median", tol=1e-4, max_iter=100,
-              m_frac=0.5, n_sub=10, materialize=True, dtype="float32", chunk=2048, metadist=None)
+              m_frac=0.5, n_sub=10, materialize=True, dtype="float32", chunk=1024, metadist=None)
 
 EXPERIMENTS = {
     "asymptotic": Experiment(
@@ -203,58 +203,93 @@ def init_distributed(coordinator_address: str | None = None, num_processes: int 
 
 def simulate(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = None,
              shard: bool = True, distributed: bool = False, summary: bool = False,
-             **params) -> tuple[Any, dict]:
-    """Raw per-seed arrays (:class:`poolsim._engine.SeedResult`), or with ``summary=True`` their
-    on-device reduction (:class:`poolsim._engine.Summary`), and the resolved parameters.
-    ``distributed=True``: see the module docstring (multi-process)."""
+             fields: tuple | None = None, **params) -> tuple[Any, dict]:
+    """Raw per-seed arrays (:class:`poolsim._engine.SeedResult`, leading axis S), or with
+    ``summary=True`` their on-device reduction (:class:`poolsim._engine.Summary`), and the
+    resolved parameters. ``fields``: the SeedResult fields to bring to the host (default all;
+    the others are ``None``). ``distributed=True``: see the module docstring (multi-process)."""
     s, P = spec(name, **params)
     seed_arr = _seeds(seeds)
     if not isinstance(distributed, bool):
         raise ValueError(f"distributed must be True or False, got {distributed!r}")
     res = _engine.simulate(s, seed_arr, dtype=P["dtype"], chunk=P["chunk"], shard=shard,
-                           progress=progress, distributed=distributed, summary=summary)
+                           progress=progress, distributed=distributed, summary=summary,
+                           fields=fields)
     P["seeds"] = seed_arr
     return res, P
 
 
+# The SeedResult fields :func:`frame` reads: all that :func:`run` brings to the host.
+FRAME_FIELDS = ("estimates", "n_domains", "converged", "n_iter")
+
+
+def eps(estimates: np.ndarray, mu_star: Any) -> np.ndarray:
+    """``||estimate - mu_*||_2`` in float64 over the last axis: ``estimates (..., d)`` ->
+    ``(...)``. The same numbers as ``np.linalg.norm(estimates.astype(float) - mu, axis=-1)``
+    (which sums the squares left to right for ``d < 8``, as this does), without its
+    ``(..., d)`` float64 temporaries."""
+    d = estimates.shape[-1]
+    mu = np.broadcast_to(np.asarray(mu_star, dtype=float), (d,))
+    if d >= 8:  # NumPy's pairwise summation then groups the terms differently: use it
+        return np.linalg.norm(estimates.astype(float) - mu, axis=-1)
+    out = np.zeros(estimates.shape[:-1])
+    tmp = np.empty_like(out)
+    for j in range(d):
+        np.subtract(estimates[..., j], mu[j], out=tmp, dtype=float)
+        np.multiply(tmp, tmp, out=tmp)
+        out += tmp
+    return np.sqrt(out, out=out)
+
+
 def frame(name: str, res: _engine.SeedResult, P: dict) -> pd.DataFrame:
-    """Tidy frame from :func:`simulate`'s output: experiment, strategy, seed, K, eps, n_domains,
-    converged, n_iter, est_0..est_{d-1}."""
-    S, nK, _, d = res.estimates.shape
-    mu = np.asarray(P["mu_star"], dtype=float) * np.ones(d)
-    est = res.estimates.astype(float)
-    eps = np.linalg.norm(est - mu, axis=-1)  # (S, nK, 3)
-    strat = np.broadcast_to(np.array(_engine.STRATEGIES), (S, nK, 3))
-    conv = np.stack([np.ones((S, nK), bool), np.ones((S, nK), bool), res.converged], axis=-1)
-    n_iter = np.stack([np.zeros((S, nK), int), np.zeros((S, nK), int), res.n_iter], axis=-1)
+    """Tidy frame from :func:`simulate`'s output: one row per (seed, K, strategy), seed-major,
+    with columns experiment, strategy (categoricals), seed, K, eps (float64), n_domains,
+    converged, n_iter, est_0..est_{d-1} (float64). Reads only :data:`FRAME_FIELDS`.
+
+    Built column by column: each column is one NumPy allocation written in place (no per-row
+    Python, no strings: the names are categoricals over their codes) and handed to pandas
+    without a copy (one block per column, no consolidation)."""
+    S, nK, n_strat, d = res.estimates.shape
+    N = S * nK * n_strat
+    shape = (S, nK, n_strat)
+
+    def filled(dtype, fill, last):  # ones/zeros with the matching column (index 2) from `last`
+        col = np.full(N, fill, dtype)
+        col.reshape(shape)[..., 2] = last
+        return col
+
     cols = {
-        "experiment": name,
-        "strategy": strat.ravel(),
-        "seed": np.repeat(P["seeds"], nK * 3),
-        "K": np.tile(np.repeat(np.asarray(P["Ks"]), 3), S),
-        "eps": eps.ravel(),
-        "n_domains": res.n_domains.ravel().astype(int),
-        "converged": conv.ravel(),
-        "n_iter": n_iter.ravel().astype(int),
+        "experiment": pd.Categorical.from_codes(np.zeros(N, np.int8), categories=[name]),
+        "strategy": pd.Categorical.from_codes(np.tile(np.arange(n_strat, dtype=np.int8), S * nK),
+                                              categories=list(_engine.STRATEGIES)),
+        "seed": np.repeat(np.asarray(P["seeds"], np.int64), nK * n_strat),
+        "K": np.tile(np.repeat(np.asarray(P["Ks"], np.int64), n_strat), S),
+        "eps": eps(res.estimates, P["mu_star"]).reshape(N),
+        "n_domains": res.n_domains.reshape(N).astype(np.int64),
+        "converged": filled(bool, True, res.converged),
+        "n_iter": filled(np.int64, 0, res.n_iter),
     }
     for j in range(d):
-        cols[f"est_{j}"] = est[..., j].ravel()
-    df = pd.DataFrame(cols)
-    if not np.all(np.isfinite(df["eps"])):
+        col = np.empty(N)
+        col.reshape(shape)[...] = res.estimates[..., j]
+        cols[f"est_{j}"] = col
+    if not np.all(np.isfinite(cols["eps"])):
         raise RuntimeError(f"non-finite eps in experiment {name!r}; this is a bug, please report")
-    return df
+    return pd.DataFrame(cols, copy=False)
 
 
 def run(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = None,
         distributed: bool = False, **params) -> pd.DataFrame:
     """Run a registered experiment for ``seeds`` (a count S -> seeds 0..S-1, or a list of seeds).
 
-    Same seeds and parameters -> identical frames. See the module docstring for parameters and
-    ``EXPERIMENTS[name].description`` for each experiment's set-up. ``distributed=True`` runs the
-    seeds across the processes of a ``jax.distributed`` job (module docstring; raises
-    RuntimeError if ``jax.distributed`` was not initialised).
+    Same seeds and parameters -> identical frames (:func:`frame`: categorical name columns,
+    one column per array). Only the fields the frame reads cross from the device. See the module
+    docstring for parameters and ``EXPERIMENTS[name].description`` for each experiment's set-up.
+    ``distributed=True`` runs the seeds across the processes of a ``jax.distributed`` job (module
+    docstring; raises RuntimeError if ``jax.distributed`` was not initialised).
     """
-    res, P = simulate(name, seeds=seeds, progress=progress, distributed=distributed, **params)
+    res, P = simulate(name, seeds=seeds, progress=progress, distributed=distributed,
+                      fields=FRAME_FIELDS, **params)
     return frame(name, res, P)
 
 

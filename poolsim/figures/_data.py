@@ -88,8 +88,9 @@ def clear_memo() -> None:
 
 
 def eps(res: _engine.SeedResult, P: dict) -> np.ndarray:
-    """``||estimate - mu_*||_2`` per seed, K and strategy: ``(S, nK, 3)``."""
-    return np.linalg.norm(res.estimates.astype(float) - np.asarray(P["mu_star"], float), axis=-1)
+    """``||estimate - mu_*||_2`` per seed, K and strategy: ``(S, nK, 3)`` (float64,
+    :func:`poolsim.experiments.eps`)."""
+    return experiments.eps(res.estimates, P["mu_star"])
 
 
 def interval_rows(values: np.ndarray, **cols: Any) -> dict:
