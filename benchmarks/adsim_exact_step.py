@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from adsim_step import cpu_name  # the sibling script (benchmarks/ is on sys.path when a script runs)
+
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = {"batched": dict(gate_mode="batched", update="ema"),
          "exact, EMA": dict(gate_mode="sequential", update="ema"),
@@ -48,16 +50,6 @@ _NO_KERNEL = {"as_strided", "empty", "empty_strided", "empty_like", "view", "_un
               "clone", "copy_", "lift_fresh_copy", "zeros", "zeros_like", "ones_like", "full_like", "fill_",
               "zero_", "new_zeros", "new_empty", "_has_compatible_shallow_copy_type", "is_same_size"}
 PHASES = ("gate decisions", "EMA trajectory", "slerp replay", "backward")
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _child(args) -> None:
@@ -179,7 +171,7 @@ def run(args) -> str:
             for key, (root, _) in impls.items():
                 runs[key].append(_run_child(root, args))
     load1 = os.getloadavg()[0]
-    lines = [f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}; {_cpu_name()}, nproc {os.cpu_count()}, torch "
+    lines = [f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}; {cpu_name()}, nproc {os.cpu_count()}, torch "
              f"threads {args.threads}, Python {platform.python_version()}, torch {__import__('torch').__version__}; "
              f"1-minute load average {load0:.1f} at start, {load1:.1f} at end (shared machine). Random bottlenecks of "
              f"ViT-L-14-336's shapes (L=4, B={args.batch}, N=289, E=768, 238 px masks), fp32, everything after the "

@@ -62,7 +62,8 @@ SHAPES = {  # name: (layers, batch, grid, embed dim, mask size)
 MEASURES = ("matching losses", "objective, match+VACA", "objective, naive")
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else ``platform.processor()``."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -175,7 +176,7 @@ def _compile_run(args) -> str:
         raise RuntimeError(f"compile child failed:\n{proc.stderr[-4000:]}")
     res = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT "):])
     lines = ["## adsim compiled training step on CPU (benchmarks/adsim_step.py --compile)", "",
-             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}; {_cpu_name()}, nproc {os.cpu_count()}, "
+             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}; {cpu_name()}, nproc {os.cpu_count()}, "
              f"torch threads {args.threads}, Python {platform.python_version()}, torch {__import__('torch').__version__}"
              f"; 1-minute load average {load0:.1f} at start, {load1:.1f} at end (shared machine). "
              f"{res['shape']}, random weights and images, fp32; everything after the frozen trunk "
@@ -370,7 +371,7 @@ def run(args) -> str:
         return statistics.median(t for r in runs[key] for t in r[shape][label]["times"]) * 1e3
 
     lines = ["## adsim training step on CPU (benchmarks/adsim_step.py)", "",
-             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}; {_cpu_name()}, nproc {os.cpu_count()}, "
+             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}; {cpu_name()}, nproc {os.cpu_count()}, "
              f"torch threads {args.threads}, Python {platform.python_version()}, "
              f"torch {__import__('torch').__version__}; 1-minute load average {load0:.1f} at start, "
              f"{load1:.1f} at end (shared machine). Median of {args.rounds} x {args.iters} timed calls "
