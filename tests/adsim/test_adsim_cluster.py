@@ -28,7 +28,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeig
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--sim", "n_train=6", "n_test=8", "n_layers=2", "--epochs", "1", "--batch-size", "16"]
 # 2 seeds x 2 methods, one target and order: 4 cells (similarity.csv gets two seeds, variance.csv VACA's);
-# every job pays a fresh interpreter's torch import (~10 s CPU), so the grids here are small
+# every job pays a fresh interpreter's torch import (~8 s CPU), so the grids here are small
 PROTO = ["protocol", "--simulate", "--quick", "--seeds", "2", "--targets", "Brain", "--methods", "naive",
          "match-geodesic-vaca", "--orders", "hardest", "--no-progress", *SMALL]
 ONE = ["protocol", "--simulate", "--quick", "--targets", "Chest", "--methods", "naive", "--orders", "hardest",
