@@ -146,6 +146,7 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
     spec = _phase.GridSpec("contaminated", (K,), (n,), taus, sigma=sig, gamma=f["gamma"], d=d)
     p_grid = np.clip(f["p"] + np.array([-1.0, 0.0, 1.0]) / K, 0.0, 1.0)
     a_grid = f["alpha"] * np.array([0.75, 1.0, 1.25])
+
     def jobs(step: str) -> dict:
         if resources is None or resources.executor == "local":
             return {}

@@ -94,11 +94,9 @@ def _parser(names) -> argparse.ArgumentParser:
     return p
 
 
-def _takes_jobs(name: str) -> bool:
-    """Whether figure ``name``'s ``compute`` accepts ``resources`` (runs its seeds as scheduler jobs)."""
-    from . import load
-
-    return "resources" in inspect.signature(load(name).compute).parameters
+def _takes_jobs(mod) -> bool:
+    """Whether the figure module ``mod``'s ``compute`` accepts ``resources`` (runs its seeds as scheduler jobs)."""
+    return "resources" in inspect.signature(mod.compute).parameters
 
 
 def _optional(names) -> list:
@@ -161,8 +159,7 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
                     raise RuntimeError(f"{name}: stopped (the figure run failed elsewhere)")
                 bar.update(n)
 
-            jobs = ({"resources": resources, "jobs_dir": jobs_dir}
-                    if resources is not None and "resources" in inspect.signature(mod.compute).parameters else {})
+            jobs = {"resources": resources, "jobs_dir": jobs_dir} if resources is not None and _takes_jobs(mod) else {}
             return mod.compute(seeds=seeds, quick=quick, progress=progress, **jobs)
 
     # Figures that share no engine simulation (no SIMULATIONS: flow fits, the multimodal loop) are
@@ -318,7 +315,7 @@ def _holm_lines(table) -> list:
 
 
 def main(argv=None) -> int:
-    from . import available
+    from . import available, load
 
     names_all = available()
     args = _parser(names_all).parse_args(argv)
@@ -335,10 +332,10 @@ def main(argv=None) -> int:
             raise ValueError(f"--format must be a comma-separated subset of {', '.join(FORMATS)}, "
                              f"got {args.format!r}")
         res = _cluster.resources_from_args(args)
-        if res.executor != "local" and not any(_takes_jobs(n) for n in names):
+        if res.executor != "local" and not any(_takes_jobs(load(n)) for n in names):
             raise ValueError(f"--executor {res.executor}: none of the figures made ({', '.join(names)}) runs "
                              f"seed blocks as jobs; those that do: "
-                             f"{', '.join(n for n in names_all if _takes_jobs(n))}")
+                             f"{', '.join(n for n in names_all if _takes_jobs(load(n)))}")
         out = _check_out(args.out)
         _configure_xla()
         seeds = PAPER_SEEDS if args.paper_seeds else args.seeds

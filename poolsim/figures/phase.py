@@ -237,7 +237,8 @@ def compute(*, seeds: int, quick: bool, progress=None, resources=None, jobs_dir=
     S = _data.n_seeds(seeds, quick)
     parts = []
     for law, cfg in LAWS.items():
-        jobs = {} if resources is None else {"resources": resources, "jobs_dir": Path(jobs_dir) / law}
+        jobs = {} if resources is None else {"resources": resources,
+                                             "jobs_dir": None if jobs_dir is None else Path(jobs_dir) / law}
         m = _phase.run_grid(spec(law), cfg["shares"], cfg["shifts"], seeds=S,
                             progress=progress, **jobs)
         parts.append(_cell_frame(law, m, S))
