@@ -137,3 +137,16 @@ def test_cluster_flags_parse_into_checked_resources():
         cluster.resources_from_args(p.parse_args(["--slurm-set", "account"]))
     with pytest.raises(ValueError, match="--max-concurrent must be an integer >= 1"):
         cluster.resources_from_args(p.parse_args(["--max-concurrent", "0"]))
+
+
+def test_figures_default_jobs_folder_is_git_ignored():
+    """A failed figure run keeps ``OUT/.figures-jobs`` (its logs): nothing there is offered for a commit."""
+    import subprocess
+
+    from poolsim.figures import __main__ as cli
+
+    r = subprocess.run(["git", "check-ignore", "-q", f"figures/{cli.JOBS_DIR}/contaminated/logs/1_0_log.out"],
+                       cwd=ROOT, capture_output=True)
+    if r.returncode == 128:
+        pytest.skip("not a git checkout")
+    assert r.returncode == 0
