@@ -201,6 +201,21 @@ def test_a_reloaded_head_scores_bitwise_like_the_trained_one(reference, monkeypa
     assert any(not torch.equal(v, saved[k]) for k, v in _supports(fresh).items())
 
 
+def _per_domain_layout(state: dict) -> dict:
+    """``state`` rewritten in the per-domain layout without supports (what bilora saved before the supports
+    and the fixed-size storage): ``cores.<t>`` = ``bank[t]`` for the finished domains and ``core`` for the
+    last started one; ``bank``, ``core``, ``started`` and the supports dropped."""
+    out = {}
+    for key, value in state.items():
+        prefix, _, name = key.rpartition(".")
+        if name == "started":
+            for t in range(int(value)):
+                out[f"{prefix}.cores.{t}"] = state[f"{prefix}.core"] if t == int(value) - 1 else state[f"{prefix}.bank"][t]
+        elif name not in ("bank", "core", *bilora.SUPPORTS):
+            out[key] = value
+    return out
+
+
 def test_a_checkpoint_without_saved_supports_loads_with_a_warning(reference, tmp_path, monkeypatch):
     run, spy = reference
     cfg, trained, backbone = _trained(run, spy)
@@ -211,10 +226,11 @@ def test_a_checkpoint_without_saved_supports_loads_with_a_warning(reference, tmp
     for name in ("config.json", "history.json"):
         (old / name).write_text((run / name).read_text())
     ckpt = load_torch(run / "checkpoint_last.pt")
-    # saved the way a bilora checkpoint was saved before the supports were part of the state
-    full = len(ckpt["head"])
-    ckpt["head"] = {k: v for k, v in ckpt["head"].items() if k.rsplit(".", 1)[-1] not in bilora.SUPPORTS}
-    assert len(ckpt["head"]) == full - 2 * len(bilora.parametrizations(spy.head))
+    # saved the way a bilora checkpoint was saved before the supports were part of the state: one parameter
+    # per domain (cores.<t>) and no supports
+    ckpt["head"] = _per_domain_layout(ckpt["head"])
+    assert not any(k.rsplit(".", 1)[-1] in bilora.SUPPORTS for k in ckpt["head"])
+    assert sum(k.endswith(".cores.2") for k in ckpt["head"]) == len(bilora.parametrizations(spy.head))
     torch.save(ckpt, old / "checkpoint_last.pt")
     with pytest.warns(bilora.SupportsRederivedWarning, match="re-derived from the run's seed 0") as rec:
         method = Detector.from_run(old, checkpoint="last", device="cpu").method

@@ -250,13 +250,16 @@ def kmeans_torch(data: torch.Tensor, k: int, *, seed: int = KMEANS_SEED, max_ite
     first, uniforms = _kmeans_draws_on(x.device, n, k, seed)
     index = [torch.full((b,), first, dtype=torch.int64, device=x.device)]
     closest = _sq_distances(x[:, first:first + 1], x)[:, 0]  # (B, n)
-    pot = closest.sum(-1)
+    # potentials summed in float64 and rounded once: scikit-learn's float32 sums (BLAS, another order) give
+    # the correctly rounded value in all but rare cases, and candidates with equal potentials stay tied
+    pot = closest.double().sum(-1).float()
     for c in range(1, k):
         rand = uniforms[c - 1][None] * pot[:, None].double()  # (B, trials)
         cand = torch.searchsorted(closest.cumsum(-1).double(), rand).clamp(max=n - 1)
         dist = torch.minimum(closest[:, None], _sq_distances(x[rows[:, None], cand], x))  # (B, trials, n)
-        best = dist.sum(-1).argmin(-1)  # the candidate that lowers the potential most (first on ties)
-        closest, pot = dist[rows, best], dist[rows, best].sum(-1)
+        pots = dist.double().sum(-1).float()  # (B, trials)
+        best = pots.argmin(-1)  # the candidate that lowers the potential most (the first on ties)
+        closest, pot = dist[rows, best], pots[rows, best]
         index.append(cand[rows, best])
     centers = x[rows[:, None], torch.stack(index, 1)]  # (B, k, d)
 

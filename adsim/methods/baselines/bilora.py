@@ -326,13 +326,13 @@ def trainable(head) -> list:
 # of cfg.train_domains gets its update on the frequencies drawn with ``cfg.seed`` (draw_support); the supports
 # are saved with the cores (BilinearDelta's buffers), so a run folder's head does not depend on the draw.
 
-def bilora_head(cfg, backbone, prompts):
+def bilora_head(cfg, backbone, prompts, capacity: int | None = None):
     """The naive adapter head of ``cfg`` (``make_head``) with the text embeddings of ``prompts`` and a
-    :class:`BilinearDelta` on every adapter weight (:func:`attach`, one slot per domain of
-    ``cfg.train_domains``), no domain added yet (nothing trains)."""
+    :class:`BilinearDelta` on every adapter weight (:func:`attach`; ``capacity`` domain slots, default one
+    per domain of ``cfg.train_domains``), no domain added yet (nothing trains)."""
     spec = backbone.spec
     head = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(backbone, prompts))
-    attach(head, capacity=len(cfg.train_domains))
+    attach(head, capacity=len(cfg.train_domains or ()) if capacity is None else capacity)
     return head
 
 
@@ -372,6 +372,13 @@ def domains_in(state: dict) -> int:
     return len({k[len(first) + len("cores."):].split(".")[0] for k in state if k.startswith(first + "cores.")})
 
 
+def capacity_in(state: dict) -> int:
+    """Domain slots of a checkpoint state (its first adapter weight's ``bank`` rows), or, in a state with one
+    parameter per domain, the number of domains."""
+    bank = state.get("seg_adapters.0.down.parametrizations.weight.0.bank")
+    return bank.shape[0] if torch.is_tensor(bank) and bank.ndim == 3 else domains_in(state)
+
+
 def load(cfg, backbone, record: dict, state: dict) -> HeadMethod:
     """Rebuild the method of a ``bilora`` run: :func:`bilora_head` with the run's recorded prompts, one
     :func:`start_domain` per domain the checkpoint holds (a ``best`` checkpoint may hold fewer than
@@ -383,7 +390,7 @@ def load(cfg, backbone, record: dict, state: dict) -> HeadMethod:
         raise ValueError(f"checkpoint state is not a bilora state (no 'parametrizations.weight.0.started' "
                          f"or '.cores' entries); keys: {keys}")
     device = next(backbone.model.parameters()).device
-    head = bilora_head(cfg, backbone, record["prompts"]).to(device)  # cores and supports follow the bases
+    head = bilora_head(cfg, backbone, record["prompts"], capacity_in(state)).to(device)  # follows the bases
     for index in range(domains_in(state)):
         start_domain(cfg, head, index)
     own = head.state_dict()
