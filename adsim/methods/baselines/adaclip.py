@@ -37,7 +37,9 @@ tokens; ``J`` = 4 prompted layers; ``W`` visual width, ``D`` text width, ``E`` j
   (theirs has no seed); each cluster's centre = mean of its members' features over all layers; ``c`` = the
   mean of the cluster centres, unit. ``hsf="paper"``: the paper's description, which their code keeps
   commented out (``adaclip.py:288-330``): KMeans over all patches of the layer-mean features, ``c`` = unit
-  centroid of the cluster with the highest mean anomaly probability. Fused image feature
+  centroid of the cluster with the highest mean anomaly probability. Recipe field ``kmeans="torch"``
+  (opt-in): the same KMeans as batched tensor operations on the device (:func:`kmeans_torch`; no host
+  read). Fused image feature
   ``normalize(0.2 c + 0.8 f)``; ``hsf="off"``: ``f`` alone (their ``--use_hsf False``).
 * **Image score** ``z_img = (<f_fused, t_a> - <f_fused, t_n>) / 0.01`` -- the log-odds of their
   ``softmax(100 f T)[1]`` (same ranking, never saturates).
