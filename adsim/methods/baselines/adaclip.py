@@ -265,31 +265,33 @@ def kmeans_torch(data: torch.Tensor, k: int, *, seed: int = KMEANS_SEED, max_ite
         index.append(cand[rows, best])
     centers = x[rows[:, None], torch.stack(index, 1)]  # (B, k, d)
 
-    def assign(centers):
-        # scikit-learn's Lloyd distances: |c|^2 - 2 x.c (|x|^2 does not change the argmin)
-        return ((centers * centers).sum(-1)[:, None] - 2 * x @ centers.transpose(1, 2)).argmin(-1)
+    def distances(centers):
+        # scikit-learn's Lloyd distances, |c|^2 - 2 x.c (B, n, k): |x|^2 does not change the argmin
+        return (centers * centers).sum(-1)[:, None] - 2 * x @ centers.transpose(1, 2)
 
+    xsq = (x * x).sum(-1)  # (B, n)
     slots, points = torch.arange(k, device=x.device), torch.arange(n, device=x.device)
     labels_old = torch.full((b, n), -1, dtype=torch.int64, device=x.device)
     done = torch.zeros(b, dtype=torch.bool, device=x.device)
     for _ in range(max_iter):
-        labels = assign(centers)
-        member = (labels[..., None] == slots).to(x.dtype)  # (B, n, k); one_hot would read the labels' range
-        sums, weight = member.transpose(1, 2) @ x, member.sum(1)  # (B, k, d), (B, k)
-        # empty clusters: the points farthest from their own centre, in descending order of distance
-        empty = weight == 0
-        far = ((x - centers.gather(1, labels[..., None].expand_as(x))) ** 2).sum(-1).argsort(-1, descending=True)
+        dist = distances(centers)
+        labels = dist.argmin(-1)
+        member = labels[..., None] == slots  # (B, n, k); one_hot would read the labels' range
+        empty = ~member.any(1)  # (B, k)
+        # an empty cluster takes the point farthest from its own centre (several: in descending order of
+        # distance), which leaves its cluster
+        far = (dist.gather(-1, labels[..., None])[..., 0] + xsq).argsort(-1, descending=True)
         pick = far.gather(1, (empty.cumsum(-1) - 1).clamp(min=0))  # (B, k): the point for each empty slot
-        moved = ((pick[..., None] == points) & empty[..., None]).to(x.dtype)  # (B, k, n)
-        sums = sums + moved @ x - (moved.sum(1)[..., None] * member).transpose(1, 2) @ x
-        weight = weight + moved.sum(-1) - (moved.sum(1)[..., None] * member).sum(1)
+        moved = ((pick[..., None] == points) & empty[..., None]).transpose(1, 2)  # (B, n, k)
+        weights = ((member & ~moved.any(-1, keepdim=True)) | moved).to(x.dtype)  # (B, n, k)
+        sums, weight = weights.transpose(1, 2) @ x, weights.sum(1)  # (B, k, d), (B, k)
         new = sums * torch.where(weight > 0, 1.0 / weight.clamp(min=1e-30), 1.0)[..., None]
         shift = ((new - centers) ** 2).sum((1, 2))
         strict = (labels == labels_old).all(-1)
         centers = torch.where(done[:, None, None], centers, new)
         labels_old = torch.where(done[:, None], labels_old, labels)
         done = done | strict | (shift <= tol_abs)
-    return assign(centers)
+    return distances(centers).argmin(-1)
 
 
 def hsf_feature(feats, z_mean: torch.Tensor, *, mode: str = "code", k_clusters: int = K_CLUSTERS,
