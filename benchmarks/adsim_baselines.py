@@ -73,6 +73,8 @@ def methods(backbone, device):
             "anomalyclip": anomalyclip.AnomalyCLIP(backbone, anomalyclip.PromptLearner(backbone).to(device)).eval(),
             "aprilgan": aprilgan.APRILGAN(backbone, aprilgan.build_maps(cfg, backbone).to(device)).eval(),
             "adaclip": adaclip.AdaCLIP(backbone, adaclip.build_prompts(recipe_config("adaclip"), backbone).to(device)).eval(),
+            "adaclip (kmeans=torch)": adaclip.AdaCLIP(backbone, adaclip.build_prompts(
+                recipe_config("adaclip")._replace(kmeans="torch"), backbone).to(device)).eval(),
             "mao": mao.Mao(backbone, mao.build_prototypes(cfg, backbone).to(device)).eval(),
             "bilora (head + 5 domains' updates)": registry.HeadMethod(backbone, bilora_head(backbone, cfg, device),
                                                                       scoring="logit_max", name="bilora").eval()}
@@ -100,8 +102,10 @@ def train_steps(backbone, device, batch: int) -> dict:
         loss, _ = objective(cfg, head, features(backbone, head, data["image"]), data, spec.grid)
         loss.backward()
     steps["naive (head)"] = head_step
-    for name, trainer in sorted(registry.TRAINERS.items()):
-        tcfg = recipe_config(name)
+    variants = [(name, trainer, recipe_config(name)) for name, trainer in sorted(registry.TRAINERS.items())]
+    variants += [("adaclip (kmeans=torch)", registry.TRAINERS["adaclip"],  # HSF's KMeans on the device
+                  recipe_config("adaclip")._replace(kmeans="torch"))]
+    for name, trainer, tcfg in variants:
         module = trainer.build(tcfg, backbone).to(device).train()
         if trainer.schedule == "sequential":  # BiLoRA: the step of the 5th domain (four frozen updates before it)
             for t in range(BILORA_DOMAINS):

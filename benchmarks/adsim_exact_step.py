@@ -20,6 +20,7 @@ the rounds alternating, so a change of machine load hits both.
 
     python benchmarks/adsim_exact_step.py --batch 16 --iters 5 --out benchmarks/results/adsim_exact_step.md
     python benchmarks/adsim_exact_step.py --batch 2 --iters 1 --no-write      # smoke run
+    python benchmarks/adsim_exact_step.py --kinds batched "exact, EMA"        # without the slerp replay
 """
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def _child(args) -> None:
                 self.n += 1
             return func(*args_, **(kwargs or {}))
 
-    for kind, over in KINDS.items():
+    for kind, over in ((k, KINDS[k]) for k in args.kinds):
         cfg = TrainConfig(data="", target="Brain", out="")._replace(method="match", vaca=True, **over)
         torch.manual_seed(0)
         head = make_head(cfg, e, e, text, n_layers=L).train()
@@ -142,7 +143,7 @@ def _child(args) -> None:
 
 def _run_child(root: Path, args) -> dict:
     cmd = [sys.executable, __file__, "--child", str(root), "--threads", str(args.threads), "--iters", str(args.iters),
-           "--warmup", str(args.warmup), "--batch", str(args.batch)]
+           "--warmup", str(args.warmup), "--batch", str(args.batch), "--kinds", *args.kinds]
     env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -180,7 +181,7 @@ def run(args) -> str:
              "| step | impl. | median [ms] | gate decisions [ms] | EMA trajectory [ms] | slerp replay [ms] | "
              "backward [ms] | host syncs | aten compute ops | loss | sum abs grad |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for kind in KINDS:
+    for kind in args.kinds:
         for key in impls:
             r0 = runs[key][0][kind]
             med = statistics.median(t for r in runs[key] for t in r[kind]["times"]) * 1e3
@@ -200,6 +201,8 @@ def main(argv=None) -> int:
     p.add_argument("--baseline", default="", help="git revision measured as 'before' ('' = working tree only)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "adsim_exact_step.md"))
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS),
+                   help="step kinds to measure (default all; 'exact, slerp' is the slow one on a CPU)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in ("batch", "iters", "warmup", "rounds", "threads"):

@@ -14,12 +14,12 @@
 # targets.md: ONE table of every target, measured vs target, met or not (also printed last). Nothing is
 # written into benchmarks/RESULTS.md: copy the tables there with the card's name.
 # The toy data and run folders of section 4 go to $E2E_DIR (default /tmp/adsim_e2e), not $OUT: the device
-# tool brings back at most 8 files (call 1 writes 8 into $OUT, call 2 six).
+# tool brings back at most 8 files (call 1 writes 8 into $OUT, call 2 seven).
 # Each section has its own timeout so that a slow one cannot eat the others' time. A session's 15 minutes
 # of device time hold two calls on one warm machine (the start-up, 1-2 minutes, counts too):
 #
 #     SECTIONS="gate sync exact ad" bash benchmarks/gpu_session.sh   # env 10 + 60 + 60 + 60 + 240 s = 430 s at most
-#     SECTIONS="e2e bl" bash benchmarks/gpu_session.sh               # env 10 + 300 + 120 + 120 s = 550 s at most
+#     SECTIONS="e2e bl" bash benchmarks/gpu_session.sh               # env 10 + 300 + 60 + 60 + 120 s = 550 s at most
 #
 # Both calls write a warm compile cache (adsim.runtime.compile_cache) into $HOME's cache: the second call's
 # compiled steps are its warm measurement. The targets table prints even when a section is cut (trap).
@@ -91,19 +91,31 @@ on ad && timeout 240 python3 benchmarks/gpu_adsim.py --results "$OUT/ad.md" --wa
     --skip-literal --batch-sizes 16 --sweep --targets "$TARGETS" 2>&1 | grep -v "^WARNING:root" | tee "$OUT/ad.log"
 
 # 4. End to end, what a user runs (tiny backbone: a functional check; ViT-L's timings are section 3):
-#    make-toy-bmad (480 PNGs at 256 px, timed), train eager and in the default mode (compiled on CUDA)
-#    for naive, match (batched and exact gate) and anomalyclip, eval, predict, and the Monte-Carlo
-#    engine on all local devices; one row per check into targets.txt.
-on e2e && rm -rf "${E2E_DIR:-/tmp/adsim_e2e}" && timeout 300 python3 benchmarks/gpu_e2e.py --out "${E2E_DIR:-/tmp/adsim_e2e}" --targets "$TARGETS" --timeout 90 \
-    --n-per-class 16 --size 256 --image-size 64 --seeds 100000 2>&1 | grep -v "^WARNING:root" | tee "$OUT/e2e.log"
+#    make-toy-bmad (480 PNGs at 256 px, timed), train in the default mode (eager) and compiled
+#    (--compile default: inductor, no CUDA graphs; 75 s per compiled command, 45 s per other command) for
+#    naive, match (batched and exact gate), anomalyclip and bilora, eval and predict of the default
+#    recipe's run, and the Monte-Carlo engine on all local devices; one row per check into targets.txt,
+#    written as it is checked.
+on e2e && rm -rf "${E2E_DIR:-/tmp/adsim_e2e}" && timeout 300 python3 benchmarks/gpu_e2e.py --out "${E2E_DIR:-/tmp/adsim_e2e}" --targets "$TARGETS" --timeout 45 \
+    --compile default --compile-timeout 75 --n-per-class 16 --size 256 --image-size 64 --seeds 100000 2>&1 \
+    | grep -v "^WARNING:root" | tee "$OUT/e2e.log"
 
 # 5. The baselines at ViT-L-14-336, B = 16 (not in the default SECTIONS: run it with e2e in the second
 #    call): inference of the head, WinCLIP, AnomalyCLIP, APRIL-GAN, AdaCLIP, Mao et al. and BiLoRA, then one
 #    training step (forward, loss, backward) of the head, BiLoRA and every registered trainer.
-on bl && timeout 120 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 \
+on bl && timeout 60 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 \
     --iters 5 2>&1 | grep -v "^WARNING:root" | tee "$OUT/baselines.log"
-on bl && timeout 120 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 \
+on bl && timeout 60 python3 benchmarks/adsim_baselines.py --backbones ViT-L-14-336 --device cuda --batch 16 \
     --iters 5 --train-step 2>&1 | grep -v "^WARNING:root" | tee "$OUT/baselines_step.log"
+# 5b. BiLoRA compiled across its domains (train --recipe bilora, 3 domains, --compile auto = reduce-overhead):
+#    graphs compiled per domain (target: 0 after the first) and compile seconds, in a cold-cache process and
+#    a warm second process (tiny backbone: the graph count does not depend on it; 55 s per process). The
+#    ViT-L-14-336 version (minutes cold): SECTIONS=blvit, not in the two calls above.
+on bl && timeout 120 python3 benchmarks/adsim_bilora_compile.py --device cuda --mode auto --timeout 55 \
+    --targets "$TARGETS" 2>&1 | grep -v "^WARNING:root" | tee "$OUT/bilora_compile.log"
+on blvit && timeout 400 python3 benchmarks/adsim_bilora_compile.py --backbone ViT-L-14-336 --device cuda \
+    --mode auto --batch 4 --timeout 190 --targets "$TARGETS" 2>&1 | grep -v "^WARNING:root" \
+    | tee "$OUT/bilora_compile_vitl.log"
 
 # 6. Host syncs: one training step of every method and gate under torch.cuda.set_sync_debug_mode("error").
 on sync && timeout 60 python3 benchmarks/gpu_sync_check.py --targets "$TARGETS" 2>&1 | grep -v "^WARNING:root" \

@@ -55,10 +55,15 @@ CHOICES = {
     # Dice of a pixel map: over each image ("image"), or over each image row averaged over the rows ("row": what
     # AdaCLIP's loss.py computes at its batch size 1, where trainer.py has squeezed the mask to (H, W))
     "dice_unit": ("image", "row"),
+    # AdaCLIP's hybrid semantic fusion clusters with scikit-learn's KMeans on the host ("sklearn"), or with the
+    # same algorithm and random stream as tensor operations on the features' device ("torch": no host read)
+    "kmeans": ("sklearn", "torch"),
 }
 """Allowed values of every categorical recipe field: ``field -> tuple of values``."""
 ROW_DICE_METHODS = ("adaclip",)
 """Methods whose loss implements ``dice_unit="row"`` (validation refuses it for the others)."""
+KMEANS_METHODS = ("adaclip",)
+"""Methods that cluster (``kmeans="torch"`` is refused for the others)."""
 # Values a field may name but this build cannot run yet: (field, value) -> why.
 NOT_IMPLEMENTED = {
     ("update", "slerp_delta"): "the authors' Delta-weighted slerp (train_zero_da.py:64-70) is not implemented; "
@@ -113,6 +118,7 @@ class Recipe:
     beta_focal: float = 1.0
     beta_bce: float = 1.0
     dice_unit: str = "image"            # Dice per image, or per image row (AdaCLIP's batch-1 computation)
+    kmeans: str = "sklearn"             # AdaCLIP's KMeans: scikit-learn on the host, or "torch" on the device
     lambda_intra: float = 1.0
     lambda_inter: float = 0.1
     lambda_var: float = 0.1
@@ -252,6 +258,9 @@ def validate(r: Recipe) -> Recipe:
     if r.dice_unit == "row" and r.method not in ROW_DICE_METHODS:
         raise ValueError(f"recipe field dice_unit='row' (AdaCLIP's per-row Dice) is implemented for methods "
                          f"{ROW_DICE_METHODS} only, got method {r.method!r}; use dice_unit='image'")
+    if r.kmeans != "sklearn" and r.method not in KMEANS_METHODS:
+        raise ValueError(f"recipe field kmeans={r.kmeans!r} selects AdaCLIP's clustering, used by methods "
+                         f"{KMEANS_METHODS} only, got method {r.method!r}; use kmeans='sklearn'")
     if not r.lr > 0 or not r.tau > 0:
         raise ValueError(f"recipe fields lr and tau must be > 0, got {r.lr!r}, {r.tau!r}")
     if not 0.0 < r.alpha < 1.0:

@@ -25,8 +25,8 @@ RUN_FIELDS = tuple(n for n, _ in RUN_DEFAULTS)
 RECIPE_FIELDS = tuple(f for f in recipes.FIELDS if f not in ("name", "protocol_mode"))
 _RECIPE_DEFAULTS = tuple((f, getattr(recipes.RECIPES["clean"], f)) for f in RECIPE_FIELDS)
 # Recipe fields added after run folders were first written, with the value every run written before them ran
-# (no mosaic, Dice per image): a config.json without one of them is read with this value.
-ADDED_FIELDS = {"aug_rate": 0.0, "dice_unit": "image"}
+# (no mosaic, Dice per image, scikit-learn's KMeans): a config.json without one of them is read with this value.
+ADDED_FIELDS = {"aug_rate": 0.0, "dice_unit": "image", "kmeans": "sklearn"}
 # plus ``recipe``: the name of the recipe the run started from (its fields may have been overridden)
 TrainConfig = namedtuple("TrainConfig", [n for n, _ in (*RUN_DEFAULTS, *_RECIPE_DEFAULTS)] + ["recipe"],
                          defaults=[v for _, v in (*RUN_DEFAULTS[3:], *_RECIPE_DEFAULTS)] + ["clean"])

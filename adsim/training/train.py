@@ -200,7 +200,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     included); a changed ``--epochs`` applies from the checkpoint's domain on (that domain continues to
     the new count; the domains before it keep theirs). History entries name the
     domain (``domain``, ``domain_index``); checkpoint selection scores after every epoch of every domain.
-    The step (compiled or eager) is rebuilt for every domain, as the set of trained parameters changes;
+    The step (compiled or eager) is built again for a domain whose start changed which parameters train
+    (else the compiled graphs serve every domain: bilora keeps its parameters and changes buffer values);
     after a compile fallback the remaining domains train eagerly (one warning in all)."""
 
     cfg = validate(cfg)
@@ -280,7 +281,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     mosaic = None  # the 2 x 2 mosaic augmentation (recipe aug_rate), drawn per (phase, epoch, item)
     if cfg.aug_rate > 0:
         dataset = mosaic = Mosaic(dataset, [s.domain for s in samples], cfg.aug_rate, seed=cfg.seed)
-    loss_fn, regions = None, None
+    loss_fn, regions, step_params = None, None, None
     if trainer is None:
         if trunk_cache and start[1] < cfg.epochs:
             dataset = build_trunk_cache(backbone, dataset, device=device, amp=amp, batch_size=local_batch,
@@ -347,9 +348,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
         first = start[1] if phase == start[0] else 0
         if first >= cfg.epochs:
             continue
-        if trainer is not None:  # built per phase: a sequential phase may change which parameters train
+        # a method's step is built again when the phase changed which parameters train (a sequential trainer
+        # that keeps its parameters across domains, like bilora, keeps its compiled graphs for the whole run)
+        trained = [id(p) for p in head.parameters() if p.requires_grad] if trainer is not None else None
+        if trainer is not None and (regions is None or trained != step_params):
             eager = compile_mode is None or record["execution"].get("compile_failed", False)
             forward, loss_fn, regions = trainer_step(cfg, trainer, head, backbone, None if eager else compile_mode)
+            step_params = trained
         run_phase(domain, first, data, opt, forward, loss_fn, regions)
     distributed.barrier()  # the files exist for every rank when train() returns
     return out

@@ -192,6 +192,61 @@ def test_hsf_matches_a_written_out_kmeans():
     assert not np.allclose(got.numpy(), paper.numpy(), atol=1e-3)  # the two descriptions differ
 
 
+def _sklearn_labels(x: np.ndarray, k: int = 20) -> np.ndarray:
+    return KMeans(n_clusters=k, n_init="auto", random_state=0).fit_predict(x)
+
+
+def test_kmeans_torch_gives_scikit_learns_labels(tiny):
+    """``kmeans_torch`` (the recipe's ``kmeans="torch"``) against scikit-learn's ``KMeans(20, n_init="auto",
+    random_state=0)`` as the independent reference: the same labels on HSF's own inputs (the tiny backbone's
+    top-100 patches, their 4 stages' features concatenated), on Gaussian rows and on unit rows of ViT-L's HSF
+    width (4 x 768). Exact ties (equal k-means++ potentials, equidistant centres) are broken by float
+    summation order, which scikit-learn's BLAS and torch do not share: such inputs (few distinct distances,
+    e.g. 22 points in 2-D for 20 clusters) can differ, which is why ``kmeans`` defaults to ``"sklearn"``."""
+    _, prompts = _prompts(tiny)
+    with torch.no_grad():
+        out = adaclip.adaclip_forward(prompts, tiny, _images(3))
+    stack = torch.stack(out["feats"])  # (L, B, N, E)
+    n_top = min(stack.shape[2], 100)  # HSF's top 5 k patches, of the tiny grid's N
+    top = torch.topk(out["z_maps"].mean(0), n_top, dim=-1).indices
+    hsf_rows = torch.stack([stack[:, b, top[b]].transpose(0, 1).reshape(n_top, -1) for b in range(3)])
+    gen = torch.Generator().manual_seed(0)
+    cases = {"hsf inputs (tiny)": hsf_rows, "gaussian (100, 64)": torch.randn(3, 100, 64, generator=gen),
+             "unit (100, 3072)": F.normalize(torch.randn(1, 100, 3072, generator=gen), dim=-1)}
+    for name, data in cases.items():
+        got = adaclip.kmeans_torch(data, 20)
+        for b in range(data.shape[0]):
+            want = _sklearn_labels(data[b].numpy())
+            assert np.array_equal(got[b].numpy(), want), (name, b)
+    assert len(set(adaclip.kmeans_torch(hsf_rows, 20)[0].tolist())) == 20  # 20 clusters, none empty
+    with pytest.raises(ValueError, match=rf"k must be in \[1, {n_top}\]"):
+        adaclip.kmeans_torch(hsf_rows, n_top + 1)
+
+
+def test_hsf_with_kmeans_torch_is_the_scikit_learn_hsf():
+    """Both HSF descriptions with ``kmeans="torch"`` (all images at once, no host read) give the per-image
+    scikit-learn path's feature (same labels, then the same means in another summation order)."""
+    gen = torch.Generator().manual_seed(5)
+    feats = [F.normalize(torch.randn(3, 144, 8, generator=gen), dim=-1) for _ in range(4)]
+    z = 3.0 * torch.randn(3, 144, generator=gen)
+    for mode in ("code", "paper"):
+        want = adaclip.hsf_feature(feats, z, mode=mode)
+        torch.testing.assert_close(adaclip.hsf_feature(feats, z, mode=mode, kmeans="torch"), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="kmeans must be one of"):
+        adaclip.hsf_feature(feats, z, kmeans="faiss")
+
+
+def test_recipe_field_kmeans_reaches_the_prompts(tiny):
+    cfg = config_from_recipe(recipes.override(recipes.get("adaclip"), kmeans="torch"), data="d", out="o",
+                             target="Brain")
+    assert adaclip.build_prompts(cfg, tiny).kmeans == "torch"
+    assert adaclip.build_prompts(cfg._replace(kmeans="sklearn"), tiny).kmeans == "sklearn"
+    with pytest.raises(ValueError, match="kmeans='torch' selects AdaCLIP's clustering"):
+        recipes.override(recipes.get("clean"), kmeans="torch")
+    with pytest.raises(ValueError, match="kmeans must be one of"):
+        recipes.override(recipes.get("adaclip"), kmeans="faiss")
+
+
 def test_image_score_is_the_fused_feature_against_the_image_text(tiny):
     # visual_text_similarity (adaclip.py:516-527): normalize(0.2 c + 0.8 f), softmax(100 f T)[1]; here its log-odds
     _, prompts = _prompts(tiny)

@@ -1,6 +1,8 @@
 """BiLoRA (adsim.methods.baselines.bilora): the DCT bases, the per-domain bilinear updates and their measured
 near-orthogonality, the freezing of earlier domains, the protection of an earlier domain's scores, and the
 protocol method ``bilora`` (curves, DA, paired claims)."""
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import torch
@@ -8,7 +10,7 @@ import torch
 from adsim.cli.main import main
 from adsim.experiments import figures
 from adsim.methods.baselines import bilora
-from adsim.model.head import Head, features_from_tokens
+from adsim.model.head import Head, features_from_bottlenecks, features_from_tokens
 from poolsim import core
 
 pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
@@ -41,14 +43,105 @@ def test_attach_freezes_everything_but_the_current_domains_cores():
     assert {bd.rank for bd in bds} == {8}
     first = bilora.add_domain(head, 0, seed=3)
     assert len(first) == n_slots and bilora.trainable(head) == first
+    for p in first:
+        p.data.normal_()
+    trained = [p.detach().clone() for p in first]
     second = bilora.add_domain(head, 1, seed=3)
-    assert bilora.trainable(head) == second and not any(p.requires_grad for p in first)
+    # every domain trains the same core tensors (a compiled step keeps its graph); the first domain's
+    # values moved into the frozen bank (a buffer, not a parameter) and the core restarts at zero
+    assert bilora.trainable(head) == second and all(a is b for a, b in zip(first, second))
+    assert all(float(p.detach().abs().max()) == 0 for p in second)
+    for bd, want in zip(bds, trained):
+        assert torch.equal(bd.bank[0], want) and torch.equal(bd.cores[0], want) and bd.cores[1] is bd.core
+        assert not any(b is bd.bank for b in head.parameters())
     with pytest.raises(ValueError, match="domain must be the next domain index 2"):
         bilora.add_domain(head, 5, seed=3)
     # a head with VACA or matching is not the naive head BiLoRA adapts
     with pytest.raises(ValueError, match="naive adapter head"):
         bilora.attach(Head(WIDTH, EMBED, core.normalize(torch.randn(2, EMBED)), n_layers=1, vaca=True,
                            matching=False))
+
+
+def _filled(capacity, n_domains=3, seed=6):
+    """A head with ``capacity`` domain slots and ``n_domains`` started, every core from a seeded generator."""
+    head = naive_head()
+    bilora.attach(head, capacity=capacity)
+    gen = torch.Generator().manual_seed(seed)
+    for t in range(n_domains):
+        for p in bilora.add_domain(head, t, seed=2):
+            p.data.copy_(torch.randn(p.shape, generator=gen))
+    return head
+
+
+def test_the_weight_is_the_sum_over_the_started_domains_whatever_the_capacity():
+    """Slots not started add exact zeros: the adapted weights are bitwise equal for a head that grew one
+    slot per domain (capacity 0) and heads holding 3 or 6 slots, and equal to ``W0 + sum_t C_m[:, P_t] K_t
+    C_n[:, Q_t]^T`` computed here in float64 from the bases, supports and cores (module docstring)."""
+    heads = {c: _filled(c) for c in (0, 3, 6)}
+    assert [bilora.parametrizations(h)[0].capacity for h in heads.values()] == [3, 3, 6]
+    for (_, lin0), (_, lin3), (_, lin6), bd in zip(*(bilora.adapted_linears(h) for h in heads.values()),
+                                                    bilora.parametrizations(heads[6])):
+        assert torch.equal(lin0.weight, lin3.weight) and torch.equal(lin0.weight, lin6.weight)
+        c_m, c_n = bilora.dct_basis(bd.basis_rows.shape[0]).double(), bilora.dct_basis(bd.basis_cols.shape[0]).double()
+        want = lin6.parametrizations.weight.original.double() + sum(
+            c_m[:, p] @ k.double() @ c_n[:, q].T for p, q, k in zip(bd.rows, bd.cols, bd.cores))
+        torch.testing.assert_close(lin6.weight.double(), want, rtol=0, atol=1e-5)
+        assert len(bd.cores) == 3 and bd.domains == 3
+
+
+def test_a_per_domain_layout_state_loads_and_scores_as_it_was_written():
+    """``data/bilora_per_domain_state.pt`` was written by the bilora.py of commit b755121 (one parameter
+    per domain; ``_bilora_legacy.py``) with the scores that code computed: it loads into heads of any
+    capacity (a run of 3 or 5 training domains, or one that grows) and scores bitwise as written."""
+    saved = torch.load(Path(__file__).parent / "data" / "bilora_per_domain_state.pt", weights_only=True)
+    assert any(k.endswith("weight.0.cores.2") for k in saved["state"])  # the per-domain layout
+    assert bilora.domains_in(saved["state"]) == saved["domains"] == 3
+    for capacity in (0, 3, 5):
+        head = naive_head(seed=4)
+        bilora.attach(head, capacity=capacity)
+        for t in range(saved["domains"]):
+            bilora.add_domain(head, t, seed=saved["seed"])
+        head.load_state_dict(saved["state"])
+        with torch.no_grad():
+            feats = features_from_tokens(head, saved["x"])
+        assert torch.equal(feats.image_logits, saved["image_logits"]) and torch.equal(feats.seg[0], saved["seg0"])
+        assert bilora.domains_in(head.state_dict()) == 3
+        assert all(bd.capacity == max(capacity, 3) for bd in bilora.parametrizations(head))
+        # the third domain's core is the parameter that would train on; the first two are frozen in the bank
+        bd = bilora.parametrizations(head)[0]
+        prefix = "seg_adapters.0.down.parametrizations.weight.0."
+        assert torch.equal(bd.core, saved["state"][prefix + "cores.2"]) and bd.core.requires_grad
+        assert torch.equal(bd.bank[1], saved["state"][prefix + "cores.1"])
+
+
+def _logits(head, x):
+    """``features_from_tokens(head, x).image_logits`` without the NaN check (a host read: a graph break)."""
+    mids = [[getattr(head, f"{kind}_adapters")[k](x[:, k])[0] for k in range(head.n_layers)] for kind in ("seg", "det")]
+    return features_from_bottlenecks(head, *mids, check=False).image_logits
+
+
+# poolsim.core.namespace -> array_api_compat's lru_cache'd lookup: dynamo warns that it traces through it
+@pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`")
+def test_starting_a_domain_keeps_the_compiled_graph():
+    """The head's forward compiled once (dynamo, ``CompileCounter`` backend: counts the graphs it is
+    given) serves three domains: starting a domain changes buffer values, not what dynamo guards on, so
+    no recompile; the compiled forward gives the eager one's scores in every domain."""
+    from torch._dynamo.testing import CompileCounter
+
+    head = naive_head()
+    bilora.attach(head, capacity=3)
+    counter = CompileCounter()
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: _logits(head, x), backend=counter, dynamic=False)
+    x = torch.randn(3, LAYERS, 4, WIDTH)
+    gen = torch.Generator().manual_seed(3)
+    for t in range(3):
+        for p in bilora.add_domain(head, t, seed=1):
+            p.data.copy_(torch.randn(p.shape, generator=gen))
+        fn(x).sum().backward()
+        torch.testing.assert_close(fn(x), features_from_tokens(head, x).image_logits, rtol=1e-6, atol=1e-6)
+        assert counter.frame_count == 1, f"domain {t}: {counter.frame_count} graphs"
+    torch._dynamo.reset()
 
 
 def test_a_new_domain_starts_from_the_previous_function():

@@ -16,7 +16,9 @@ the steps slerp replays, read once for every gate set) and the authors' recipe (
 ``gate_filter="skip_step"`` decision whether the optimiser steps), and AdaCLIP (three per image: its
 hybrid semantic fusion clusters each image's patch features with scikit-learn's KMeans on the host,
 ``one_hot`` validates the labels (two reads) and the clusters are selected by a boolean mask; the
-device-to-host copy of the features is a fourth per image on a GPU, not visible here).
+device-to-host copy of the features is a fourth per image on a GPU, not visible here); with the recipe field
+``kmeans="torch"`` (``adsim.methods.baselines.adaclip.kmeans_torch``: the same algorithm as tensor operations,
+every image a fixed number of Lloyd iterations) AdaCLIP reads nothing back either.
 A D2H copy (``.cpu()``) is no dispatcher op on CPU tensors: the GPU session runs steps under
 ``torch.cuda.set_sync_debug_mode("error")`` (``benchmarks/gpu_sync_check.py``) for those.
 """
@@ -48,7 +50,8 @@ CASES = [("mvfa", {}, 0),
          ("authors", {}, 2),                                  # slerp's read + the skip-step filter
          ("authors", {"gate_mode": "batched"}, 1),            # the skip-step filter
          ("anomalyclip", {}, 0), ("aprilgan", {}, 0), ("bilora", {}, 0), ("mao", {}, 0),
-         ("adaclip", {}, 3 * B)]
+         ("adaclip", {}, 3 * B),
+         ("adaclip", {"kmeans": "torch"}, 0)]                # HSF's KMeans on the device (kmeans_torch)
 
 
 class SyncCounter(TorchDispatchMode):

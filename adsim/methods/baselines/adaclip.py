@@ -37,7 +37,9 @@ tokens; ``J`` = 4 prompted layers; ``W`` visual width, ``D`` text width, ``E`` j
   (theirs has no seed); each cluster's centre = mean of its members' features over all layers; ``c`` = the
   mean of the cluster centres, unit. ``hsf="paper"``: the paper's description, which their code keeps
   commented out (``adaclip.py:288-330``): KMeans over all patches of the layer-mean features, ``c`` = unit
-  centroid of the cluster with the highest mean anomaly probability. Fused image feature
+  centroid of the cluster with the highest mean anomaly probability. Recipe field ``kmeans="torch"``
+  (opt-in): the same KMeans as batched tensor operations on the device (:func:`kmeans_torch`; no host
+  read). Fused image feature
   ``normalize(0.2 c + 0.8 f)``; ``hsf="off"``: ``f`` alone (their ``--use_hsf False``).
 * **Image score** ``z_img = (<f_fused, t_a> - <f_fused, t_n>) / 0.01`` -- the log-odds of their
   ``softmax(100 f T)[1]`` (same ranking, never saturates).
@@ -68,6 +70,8 @@ precision (bf16 autocast on a GPU, float32 on the CPU) where theirs is fp16 auto
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 from torch import nn
@@ -89,6 +93,7 @@ TOP_PER_CLUSTER = 5
 HSF_ALPHA = 0.2            # alpha * clustered + (1 - alpha) * image feature (adaclip.py:517-520)
 KMEANS_SEED = 0            # fixed random_state: the image score is a deterministic function of the image
 HSF_MODES = ("code", "paper", "off")
+KMEANS_BACKENDS = ("sklearn", "torch")  # HSF's clustering: scikit-learn on the host, or kmeans_torch on the device
 MAP_SCORES = ("logit_mean", "prob")
 
 
@@ -97,12 +102,17 @@ class HybridPrompts(nn.Module):
     dynamic-prompt generators ``dyn_visual: Linear(E, P W)`` and ``dyn_text: Linear(E, P D)``, the per-stage
     patch maps ``fc[l]: Linear(W, E)`` and ``cls: Linear(E, E)``. ``tokens (S, T)`` the tokenised prompt
     sentences (normal first, ``n_normal`` of them) is a buffer that is not saved (rebuilt from the run's
-    prompts)."""
+    prompts). ``kmeans``: the clustering of hybrid semantic fusion (:data:`KMEANS_BACKENDS`; the recipe field
+    of the same name), a setting, not saved state."""
 
-    def __init__(self, backbone, texts: dict, *, length: int = LENGTH, depth: int = DEPTH, seed: int = 0):
+    def __init__(self, backbone, texts: dict, *, length: int = LENGTH, depth: int = DEPTH, seed: int = 0,
+                 kmeans: str = "sklearn"):
         super().__init__()
         for name, v in (("length", length), ("depth", depth)):
             positive_int(name, v)
+        if kmeans not in KMEANS_BACKENDS:
+            raise ValueError(f"kmeans must be one of {KMEANS_BACKENDS}, got {kmeans!r}")
+        self.kmeans = kmeans
         if not isinstance(texts, dict) or not texts.get("normal") or not texts.get("anomaly"):
             raise ValueError(f"texts must be a dict with non-empty 'normal' and 'anomaly' sentence lists, got "
                              f"{sorted(texts) if isinstance(texts, dict) else type(texts).__name__}")
@@ -184,13 +194,120 @@ def _kmeans_labels(data: torch.Tensor, k: int) -> torch.Tensor:
     return torch.from_numpy(np.asarray(labels, dtype=np.int64)).to(data.device)
 
 
-def hsf_feature(feats, z_mean: torch.Tensor, *, mode: str = "code", k_clusters: int = K_CLUSTERS) -> torch.Tensor:
+@functools.lru_cache(maxsize=16)
+def _kmeans_draws(n: int, k: int, seed: int) -> tuple:
+    """``(first, uniforms (k - 1, trials))``: the random numbers scikit-learn's k-means++ draws from
+    ``RandomState(seed)`` for ``n`` unit-weight samples and ``k`` clusters -- the first centre's index
+    (``choice(n, p=w / w.sum())``) and, per further centre, ``uniform(size=2 + int(log k))`` -- drawn by
+    numpy's RandomState in the same calls and order, so they are the same numbers. They do not depend on
+    the data: computed once per ``(n, k, seed)`` on the host."""
+    rs = np.random.RandomState(seed)
+    w = np.ones(n, dtype=np.float32)
+    first = int(rs.choice(n, p=w / w.sum()))
+    trials = 2 + int(np.log(k))
+    uniforms = np.stack([rs.uniform(size=trials) for _ in range(k - 1)]) if k > 1 else np.zeros((0, trials))
+    return first, uniforms
+
+
+@functools.lru_cache(maxsize=16)
+def _kmeans_draws_on(device: torch.device, n: int, k: int, seed: int) -> tuple:
+    """:func:`_kmeans_draws` with the uniforms as a float64 tensor on ``device``, copied once (a copy from
+    pageable host memory waits for the device: not in every step)."""
+    first, uniforms = _kmeans_draws(n, k, seed)
+    return first, torch.as_tensor(uniforms, dtype=torch.float64, device=device)
+
+
+def _sq_distances(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``(B, m, n)`` squared distances of ``a (B, m, d)`` to ``x (B, n, d)``, computed in float64 as
+    ``|a|^2 - 2 a.x + |x|^2``, clipped at 0 and rounded to float32 (scikit-learn's float32 path)."""
+    a64, x64 = a.double(), x.double()
+    d = -2 * (a64 @ x64.transpose(1, 2)) + (a64 * a64).sum(-1)[..., None] + (x64 * x64).sum(-1)[:, None]
+    return d.clamp(min=0).float()
+
+
+@torch.compiler.disable  # max_iter unrolled iterations would make a graph of thousands of nodes: runs between graphs
+def kmeans_torch(data: torch.Tensor, k: int, *, seed: int = KMEANS_SEED, max_iter: int = 300,
+                 tol: float = 1e-4) -> torch.Tensor:
+    """Cluster labels ``(B, n)`` of the rows of each ``data[b] (n, d)``: scikit-learn's ``KMeans(k,
+    n_init="auto", random_state=seed)`` (k-means++ seeding with 2 + int(log k) local trials, Lloyd
+    iterations, its convergence rule) as batched tensor operations on ``data``'s device, without a host
+    read: every image runs ``max_iter`` iterations, frozen once converged (labels unchanged, or a total
+    squared centre shift <= ``tol`` x the mean per-feature variance), then the final assignment.
+
+    Written here rather than taken from a library: the point is scikit-learn's algorithm and random
+    stream (:func:`_kmeans_draws`) without its host round trip. Same labels as scikit-learn where no
+    float32 rounding decides a choice: the data are centred, distances of the seeding are float64
+    rounded to float32 as scikit-learn's, Lloyd's distances and means float32 (in other summation
+    orders); an empty cluster takes the point farthest from its centre, several empty clusters the
+    farthest points in descending order (scikit-learn's ``argpartition`` order may differ there)."""
+    if data.ndim != 3:
+        raise ValueError(f"data must have shape (B, n, d), got {tuple(data.shape)}")
+    b, n, _ = data.shape
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be in [1, {n}] (the number of rows), got {k!r}")
+    x = data.detach().float()
+    tol_abs = x.var(1, unbiased=False).mean(-1) * tol  # (B,)
+    x = x - x.mean(1, keepdim=True)
+    rows = torch.arange(b, device=x.device)
+    first, uniforms = _kmeans_draws_on(x.device, n, k, seed)
+    index = [torch.full((b,), first, dtype=torch.int64, device=x.device)]
+    closest = _sq_distances(x[:, first:first + 1], x)[:, 0]  # (B, n)
+    # potentials summed in float64 and rounded once: scikit-learn's float32 sums (BLAS, another order) give
+    # the correctly rounded value in all but rare cases, and candidates with equal potentials stay tied
+    pot = closest.double().sum(-1).float()
+    for c in range(1, k):
+        rand = uniforms[c - 1][None] * pot[:, None].double()  # (B, trials)
+        cand = torch.searchsorted(closest.cumsum(-1).double(), rand).clamp(max=n - 1)
+        dist = torch.minimum(closest[:, None], _sq_distances(x[rows[:, None], cand], x))  # (B, trials, n)
+        pots = dist.double().sum(-1).float()  # (B, trials)
+        best = pots.argmin(-1)  # the candidate that lowers the potential most (the first on ties)
+        closest, pot = dist[rows, best], pots[rows, best]
+        index.append(cand[rows, best])
+    centers = x[rows[:, None], torch.stack(index, 1)]  # (B, k, d)
+
+    def distances(centers):
+        # scikit-learn's Lloyd distances, |c|^2 - 2 x.c (B, n, k): |x|^2 does not change the argmin
+        return (centers * centers).sum(-1)[:, None] - 2 * x @ centers.transpose(1, 2)
+
+    xsq = (x * x).sum(-1)  # (B, n)
+    slots, points = torch.arange(k, device=x.device), torch.arange(n, device=x.device)
+    labels_old = torch.full((b, n), -1, dtype=torch.int64, device=x.device)
+    done = torch.zeros(b, dtype=torch.bool, device=x.device)
+    for _ in range(max_iter):
+        dist = distances(centers)
+        labels = dist.argmin(-1)
+        member = labels[..., None] == slots  # (B, n, k); one_hot would read the labels' range
+        empty = ~member.any(1)  # (B, k)
+        # an empty cluster takes the point farthest from its own centre (several: in descending order of
+        # distance), which leaves its cluster
+        far = (dist.gather(-1, labels[..., None])[..., 0] + xsq).argsort(-1, descending=True)
+        pick = far.gather(1, (empty.cumsum(-1) - 1).clamp(min=0))  # (B, k): the point for each empty slot
+        moved = ((pick[..., None] == points) & empty[..., None]).transpose(1, 2)  # (B, n, k)
+        weights = ((member & ~moved.any(-1, keepdim=True)) | moved).to(x.dtype)  # (B, n, k)
+        sums, weight = weights.transpose(1, 2) @ x, weights.sum(1)  # (B, k, d), (B, k)
+        new = sums * torch.where(weight > 0, 1.0 / weight.clamp(min=1e-30), 1.0)[..., None]
+        shift = ((new - centers) ** 2).sum((1, 2))
+        strict = (labels == labels_old).all(-1)
+        centers = torch.where(done[:, None, None], centers, new)
+        labels_old = torch.where(done[:, None], labels_old, labels)
+        done = done | strict | (shift <= tol_abs)
+    return distances(centers).argmin(-1)
+
+
+def hsf_feature(feats, z_mean: torch.Tensor, *, mode: str = "code", k_clusters: int = K_CLUSTERS,
+                kmeans: str = "sklearn") -> torch.Tensor:
     """The clustered feature ``c (B, E)`` (unit) of hybrid semantic fusion (module docstring) from the ``L``
     unit patch features ``feats [L x (B, N, E)]`` and the layer-mean patch log-odds ``z_mean (B, N)``;
-    differentiable in ``feats`` (the cluster assignment is not)."""
+    differentiable in ``feats`` (the cluster assignment is not). ``kmeans`` (one of :data:`KMEANS_BACKENDS`):
+    scikit-learn per image on the host (:func:`_kmeans_labels`), or :func:`kmeans_torch` for the whole batch
+    on the features' device (no host read)."""
     if mode not in ("code", "paper"):
         raise ValueError(f"mode must be 'code' or 'paper', got {mode!r}")
+    if kmeans not in KMEANS_BACKENDS:
+        raise ValueError(f"kmeans must be one of {KMEANS_BACKENDS}, got {kmeans!r}")
     stack = torch.stack(list(feats)).float()  # (L, B, N, E)
+    if kmeans == "torch":
+        return _hsf_batched(stack, z_mean, mode, k_clusters)
     n_layers, b, n, _ = stack.shape
     out = []
     for i in range(b):
@@ -215,9 +332,39 @@ def hsf_feature(feats, z_mean: torch.Tensor, *, mode: str = "code", k_clusters: 
     return core.normalize(torch.stack(out))
 
 
-def adaclip_forward(prompts: HybridPrompts, backbone, images: torch.Tensor, *, hsf: str = "code") -> dict:
+def _hsf_batched(stack: torch.Tensor, z_mean: torch.Tensor, mode: str, k_clusters: int) -> torch.Tensor:
+    """:func:`hsf_feature` of every image at once with :func:`kmeans_torch`: ``stack (L, B, N, E)``,
+    ``z_mean (B, N)`` -> ``(B, E)`` unit; masks and weighted sums where the per-image path indexes."""
+    n_layers, b, n, e = stack.shape
+    if mode == "code":
+        top = torch.topk(z_mean, min(n, TOP_PER_CLUSTER * k_clusters), dim=-1).indices  # (B, k_top)
+        sel = stack.gather(2, top[None, :, :, None].expand(n_layers, b, top.shape[1], e))  # (L, B, k_top, E)
+        k = min(k_clusters, top.shape[1])
+        labels = kmeans_torch(sel.permute(1, 2, 0, 3).reshape(b, top.shape[1], n_layers * e), k)
+        member = (labels[..., None] == torch.arange(k, device=labels.device)).to(sel.dtype)  # (B, k_top, k)
+        counts = member.sum(1)  # (B, k)
+        centres = (member.transpose(1, 2) @ sel.sum(0)) / (n_layers * counts.clamp(min=1.0))[..., None]
+        used = (counts > 0).to(sel.dtype)
+        c = (centres * used[..., None]).sum(1) / used.sum(1, keepdim=True)  # mean of the non-empty centres
+    else:
+        avg = stack.mean(0)  # (B, N, E)
+        k = min(k_clusters, n)
+        labels = kmeans_torch(avg, k)
+        member = (labels[..., None] == torch.arange(k, device=labels.device)).to(avg.dtype)  # (B, N, k)
+        counts = member.sum(1)
+        prob = torch.sigmoid(z_mean.float())
+        score = torch.where(counts > 0, (member.transpose(1, 2) @ prob[..., None])[..., 0] / counts.clamp(min=1.0),
+                            torch.full_like(counts, -1.0))
+        chosen = (labels == score.argmax(-1, keepdim=True)).to(avg.dtype)  # (B, N)
+        c = (chosen[..., None] * avg).sum(1) / chosen.sum(1, keepdim=True)
+    return core.normalize(c)
+
+
+def adaclip_forward(prompts: HybridPrompts, backbone, images: torch.Tensor, *, hsf: str = "code",
+                    kmeans: str | None = None) -> dict:
     """``{"z_img": (B,), "z_maps": (L, B, N), "feats": [L x (B, N, E)] unit, "text": (B, 2, E)}`` (module
-    docstring); differentiable in every parameter of ``prompts``."""
+    docstring); differentiable in every parameter of ``prompts``. ``kmeans``: HSF's clustering
+    (:func:`hsf_feature`), default ``prompts.kmeans`` (the run's recipe field)."""
     if hsf not in HSF_MODES:
         raise ValueError(f"hsf must be one of {HSF_MODES}, got {hsf!r}")
     check_images(images, backbone.spec)
@@ -228,7 +375,7 @@ def adaclip_forward(prompts: HybridPrompts, backbone, images: torch.Tensor, *, h
     z_maps = torch.stack([per_image_log_odds(p, text) for p in feats])  # (L, B, N)
     f = core.normalize(prompts.cls(img.to(prompts.cls.weight.dtype)).float())
     if hsf != "off":
-        c = hsf_feature(feats, z_maps.mean(0), mode=hsf)
+        c = hsf_feature(feats, z_maps.mean(0), mode=hsf, kmeans=kmeans or prompts.kmeans)
         f = core.normalize(HSF_ALPHA * c + (1.0 - HSF_ALPHA) * f)
     return {"z_img": per_image_log_odds(f, text), "z_maps": z_maps, "feats": feats, "text": text}
 
@@ -255,8 +402,8 @@ def adaclip_loss(cfg, prompts, out: dict, batch: dict) -> tuple:
 
 def build_prompts(cfg, backbone) -> HybridPrompts:
     """The trainable module of a run: AdaCLIP's prompts and projections, the text of ``cfg.prompts``, seeded
-    by ``cfg.seed``."""
-    return HybridPrompts(backbone, prompt_texts(cfg.prompts), seed=cfg.seed)
+    by ``cfg.seed``, clustering with ``cfg.kmeans``."""
+    return HybridPrompts(backbone, prompt_texts(cfg.prompts), seed=cfg.seed, kmeans=cfg.kmeans)
 
 
 class AdaCLIP(Method):
@@ -294,7 +441,7 @@ def load(cfg, backbone, record, state: dict) -> AdaCLIP:
                          f"'dyn_visual.*', 'dyn_text.*', 'fc.<stage>.*', 'cls.*'); keys: {keys}")
     device = next(backbone.model.parameters()).device
     prompts = HybridPrompts(backbone, record["prompts"], length=int(vs.shape[1]), depth=int(vs.shape[0]),
-                            seed=cfg.seed)
+                            seed=cfg.seed, kmeans=cfg.kmeans)
     load_checked(prompts, state, "adaclip prompts of this backbone")
     return AdaCLIP(backbone, prompts.to(device), clip_norm=cfg.clip_norm).eval()
 

@@ -25,7 +25,10 @@ adapters, ``down`` and ``up``, every layer):
   weight is ``W0 + sum_t Delta W_t`` (:class:`BilinearDelta`, a ``torch.nn.utils.parametrize``
   parametrisation: the head's forward is unchanged).
 * **What trains.** Only the current domain's cores. ``W0``, every bias and every earlier core are
-  frozen (BiLoRA freezes the pre-trained weights and the earlier tasks' parameters).
+  frozen (BiLoRA freezes the pre-trained weights and the earlier tasks' parameters). The cores of a
+  run's domains live in tensors of a fixed size (the current core a parameter, the finished ones a
+  buffer, the current domain's index a buffer): starting a domain changes values, not the module, so a
+  compiled training step reuses its graph for every domain.
 * **Near-orthogonality, measured.** The DCT bases are orthonormal, so ``<Delta W_s, Delta W_t>_F`` is the
   inner product of the two cores on the shared frequency pairs ``(P_s & P_t) x (Q_s & Q_t)`` only: it is
   exactly 0 when the two domains share no pair, and in general ``|cos(Delta W_s, Delta W_t)|`` is at most
@@ -94,56 +97,119 @@ SUPPORTS = ("support_rows", "support_cols")  # the state-dict entries of the fre
 class BilinearDelta(nn.Module):
     """Parametrisation of one weight ``W0 (m, n)``: ``W0 + sum_t C_m[:, P_t] K_t C_n[:, Q_t]^T``.
 
-    The frequency supports are part of the saved state: buffers ``support_rows (T, r)`` and ``support_cols
-    (T, r)`` (int64, one row per domain), so a loaded head uses the frequencies it was trained on whatever
-    :func:`draw_support` would draw now. A state without them (written before they were saved) keeps the
-    supports drawn for this module and sets ``supports_rederived``."""
+    Storage, fixed for ``capacity`` domains so that starting a domain changes tensor values, not the module
+    (a compiled step keeps its graph from one domain to the next; ``tests/adsim/test_adsim_bilora_train.py``
+    counts the graphs):
 
-    def __init__(self, m: int, n: int, rank: int):
+    * ``core (r, r)`` -- the parameter: the current domain's ``K_t`` (the same tensor for every domain;
+      ``requires_grad`` from the first domain on);
+    * ``bank (T, r, r)`` -- buffer: the finished domains' cores (frozen), zero from the current domain on;
+    * ``support_rows (T, r)``, ``support_cols (T, r)`` -- buffers (int64): ``P_t``, ``Q_t`` per domain slot,
+      saved, so a loaded head uses the frequencies it was trained on whatever :func:`draw_support` would
+      draw now;
+    * ``started`` -- buffer (int64 scalar): how many domains have started (the current one is
+      ``started - 1``).
+
+    ``T`` = ``capacity``; a domain beyond it grows the buffers by one slot (a new shape). The forward adds
+    all ``T`` slots in domain order, each ``C_m[:, P_t] K_t C_n[:, Q_t]^T`` with ``K_t`` = ``core`` at the
+    current slot and ``bank[t]`` elsewhere; a slot not started has a zero core, so it adds exact zeros and
+    the weight is bitwise the sum over the started domains alone.
+
+    A state in the per-domain layout (one parameter ``cores.<t>`` per started domain, ``support_rows
+    (t, r)``) loads into this layout. A state without supports (written before they were saved) keeps
+    the supports drawn for this module and sets ``supports_rederived``."""
+
+    def __init__(self, m: int, n: int, rank: int, capacity: int = 0):
         super().__init__()
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
+            raise ValueError(f"capacity must be a non-negative int (domains), got {capacity!r}")
         self.rank = rank
         self.register_buffer("basis_rows", dct_basis(m))
         self.register_buffer("basis_cols", dct_basis(n))
-        self.register_buffer("support_rows", torch.zeros(0, rank, dtype=torch.int64))
-        self.register_buffer("support_cols", torch.zeros(0, rank, dtype=torch.int64))
-        self.cores = nn.ParameterList()
+        self.register_buffer("support_rows", torch.zeros(capacity, rank, dtype=torch.int64))
+        self.register_buffer("support_cols", torch.zeros(capacity, rank, dtype=torch.int64))
+        self.register_buffer("bank", torch.zeros(capacity, rank, rank))
+        self.register_buffer("started", torch.zeros((), dtype=torch.int64))
+        self.core = nn.Parameter(torch.zeros(rank, rank), requires_grad=False)
         self.supports_rederived = False
 
     @property
+    def domains(self) -> int:
+        """How many domains have started (a host read of ``started``)."""
+        return int(self.started)
+
+    @property
+    def capacity(self) -> int:
+        """Domain slots held (``T``)."""
+        return self.bank.shape[0]
+
+    @property
     def rows(self) -> list:
-        """``P_t`` of every domain ``t``: ``[(r,)]``."""
-        return list(self.support_rows)
+        """``P_t`` of every started domain ``t``: ``[(r,)]``."""
+        return list(self.support_rows[:self.domains])
 
     @property
     def cols(self) -> list:
-        """``Q_t`` of every domain ``t``: ``[(r,)]``."""
-        return list(self.support_cols)
+        """``Q_t`` of every started domain ``t``: ``[(r,)]``."""
+        return list(self.support_cols[:self.domains])
+
+    @property
+    def cores(self) -> list:
+        """``K_t (r, r)`` of every started domain ``t``: the finished ones from ``bank``, the current one
+        is ``core`` itself (the parameter)."""
+        d = self.domains
+        return [*self.bank[:max(d - 1, 0)], self.core][:d]
+
+    def _grow(self, capacity: int) -> None:
+        """Make room for ``capacity`` domains (new, larger buffers; zero slots appended)."""
+        extra = capacity - self.capacity
+        if extra <= 0:
+            return
+        for name in (*SUPPORTS, "bank"):
+            old = getattr(self, name)
+            setattr(self, name, torch.cat([old, old.new_zeros(extra, *old.shape[1:])]))
 
     def add_domain(self, rows: torch.Tensor, cols: torch.Tensor) -> nn.Parameter:
-        """Freeze the earlier cores and add a zero core on frequencies ``(rows, cols)`` (each ``(r,)``); returns
-        it. A frozen core's last gradient is dropped: it would otherwise still count in the gradient-clipping
-        norm over the head's parameters while the new domain trains."""
+        """Freeze the current core into ``bank`` and start the next domain on frequencies ``(rows, cols)``
+        (each ``(r,)``) with a zero core; returns the core (the parameter that trains). Its last gradient
+        is dropped: it belongs to the finished domain."""
         if tuple(rows.shape) != (self.rank,) or tuple(cols.shape) != (self.rank,):
             raise ValueError(f"rows and cols must have shape ({self.rank},), got {tuple(rows.shape)}, "
                              f"{tuple(cols.shape)}")
-        for core in self.cores:
-            core.requires_grad_(False)
-            core.grad = None
-        device = self.basis_rows.device
-        core = nn.Parameter(torch.zeros(self.rank, self.rank, device=device))
-        self.cores.append(core)
-        self.support_rows = torch.cat([self.support_rows, rows.to(device, torch.int64)[None]])
-        self.support_cols = torch.cat([self.support_cols, cols.to(device, torch.int64)[None]])
-        return core
+        d = self.domains
+        self._grow(d + 1)
+        with torch.no_grad():
+            if d > 0:
+                self.bank[d - 1].copy_(self.core)
+            self.core.zero_()
+            self.support_rows[d].copy_(rows)
+            self.support_cols[d].copy_(cols)
+            self.started.fill_(d + 1)
+        self.core.requires_grad_(True)
+        self.core.grad = None
+        return self.core
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
-        # a state with cores but without supports was saved before the supports were: keep the drawn ones
-        absent = [n for n in SUPPORTS if prefix + n not in state_dict]
-        if absent and any(k.startswith(prefix + "cores.") for k in state_dict):
-            for name in absent:
-                state_dict[prefix + name] = getattr(self, name)
-            self.supports_rederived = True
+        old = sorted((k for k in state_dict if k.startswith(prefix + "cores.")),
+                     key=lambda k: int(k[len(prefix) + len("cores."):]))
+        if old:  # one parameter per domain: the finished ones into the bank, the last one the core
+            cores = [state_dict.pop(k) for k in old]
+            n = len(cores)
+            self._grow(n)
+            bank = torch.zeros_like(self.bank)
+            if n > 1:
+                bank[:n - 1] = torch.stack(cores[:-1]).to(bank)
+            state_dict[prefix + "bank"], state_dict[prefix + "core"] = bank, cores[-1]
+            state_dict[prefix + "started"] = torch.tensor(n, dtype=torch.int64)
+            for name in SUPPORTS:
+                saved = state_dict.get(prefix + name)
+                if saved is None:  # saved before the supports were: keep the drawn ones
+                    self.supports_rederived = True
+                    state_dict[prefix + name] = getattr(self, name)
+                elif saved.shape[0] != self.capacity:
+                    state_dict[prefix + name] = torch.cat([saved, saved.new_zeros(self.capacity - saved.shape[0],
+                                                                                  *saved.shape[1:])])
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
 
@@ -152,9 +218,12 @@ class BilinearDelta(nn.Module):
         return self.basis_rows[:, self.support_rows[t]] @ self.cores[t] @ self.basis_cols[:, self.support_cols[t]].T
 
     def forward(self, w0: torch.Tensor) -> torch.Tensor:
+        current = self.started - 1
         out = w0
-        for t in range(len(self.cores)):
-            out = out + self.delta(t).to(w0.dtype)
+        for t in range(self.capacity):
+            k = torch.where(current == t, self.core, self.bank[t])
+            out = out + (self.basis_rows[:, self.support_rows[t]] @ k
+                         @ self.basis_cols[:, self.support_cols[t]].T).to(w0.dtype)
         return out
 
 
@@ -165,10 +234,12 @@ def adapted_linears(head) -> list:
             for k, ad in enumerate(adapters) for part in ("down", "up")]
 
 
-def attach(head, *, rank: int = RANK) -> list:
+def attach(head, *, rank: int = RANK, capacity: int = 0) -> list:
     """Put a :class:`BilinearDelta` on every adapter weight of ``head`` (in place) and freeze every other
-    parameter of the head; returns the parametrisations in :func:`adapted_linears` order. A head that
-    has matching centroids or VACA -> ``ValueError`` (BiLoRA here adapts the naive head)."""
+    parameter of the head; returns the parametrisations in :func:`adapted_linears` order. ``capacity``:
+    domain slots held from the start (a run's training domains: starting a domain then changes no
+    shape); more domains grow them. A head that has matching centroids or VACA -> ``ValueError``
+    (BiLoRA here adapts the naive head)."""
     if getattr(head, "vaca", None) is not None or getattr(head, "centroids", None) is not None:
         raise ValueError("bilora adapts the naive adapter head: the head must have no VACA and no matching "
                          "(recipe fields vaca=False and method other than 'match'; --recipe bilora sets them)")
@@ -179,7 +250,7 @@ def attach(head, *, rank: int = RANK) -> list:
     out = []
     for _, lin in adapted_linears(head):
         m, n = lin.weight.shape
-        bd = BilinearDelta(m, n, min(rank, min(m, n) // 2 or 1)).to(lin.weight.device)
+        bd = BilinearDelta(m, n, min(rank, min(m, n) // 2 or 1), capacity).to(lin.weight.device)
         parametrize.register_parametrization(lin, "weight", bd)
         lin.parametrizations.weight.original.requires_grad_(False)
         out.append(bd)
@@ -209,11 +280,12 @@ def parametrizations(head) -> list:
 
 
 def add_domain(head, domain: int, seed: int) -> list:
-    """Start domain ``domain`` (0, 1, ...): freeze the earlier cores, add a zero core on freshly drawn
-    frequencies per adapter weight; returns the new trainable cores (the parameters of this step)."""
+    """Start domain ``domain`` (0, 1, ...): freeze the earlier cores, start a zero core on freshly drawn
+    frequencies per adapter weight; returns the trainable cores (the parameters of this step: every
+    domain trains the same :attr:`BilinearDelta.core` tensors, the finished values move to ``bank``)."""
     bds = parametrizations(head)
-    if any(len(bd.cores) != domain for bd in bds):
-        raise ValueError(f"domain must be the next domain index {len(bds[0].cores)}, got {domain!r}")
+    if any(bd.domains != domain for bd in bds):
+        raise ValueError(f"domain must be the next domain index {bds[0].domains}, got {domain!r}")
     return [bd.add_domain(*draw_support(bd.basis_rows.shape[0], bd.basis_cols.shape[0], bd.rank, seed, domain, slot))
             for slot, bd in enumerate(bds)]
 
@@ -224,7 +296,7 @@ def update_cosines(head) -> torch.Tensor:
     of every pair of domains' updates (NaN where an update is zero)."""
     out = []
     for bd in parametrizations(head):
-        d = torch.stack([bd.delta(t).flatten() for t in range(len(bd.cores))]).double()
+        d = torch.stack([bd.delta(t).flatten() for t in range(bd.domains)]).double()
         norms = d.norm(dim=1)
         out.append((d @ d.T) / (norms[:, None] * norms[None, :]))
     return torch.stack(out)
@@ -254,12 +326,13 @@ def trainable(head) -> list:
 # of cfg.train_domains gets its update on the frequencies drawn with ``cfg.seed`` (draw_support); the supports
 # are saved with the cores (BilinearDelta's buffers), so a run folder's head does not depend on the draw.
 
-def bilora_head(cfg, backbone, prompts):
+def bilora_head(cfg, backbone, prompts, capacity: int | None = None):
     """The naive adapter head of ``cfg`` (``make_head``) with the text embeddings of ``prompts`` and a
-    :class:`BilinearDelta` on every adapter weight (:func:`attach`), no domain added yet (nothing trains)."""
+    :class:`BilinearDelta` on every adapter weight (:func:`attach`; ``capacity`` domain slots, default one
+    per domain of ``cfg.train_domains``), no domain added yet (nothing trains)."""
     spec = backbone.spec
     head = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(backbone, prompts))
-    attach(head)
+    attach(head, capacity=len(cfg.train_domains or ()) if capacity is None else capacity)
     return head
 
 
@@ -291,9 +364,19 @@ def as_method(cfg, backbone, head) -> HeadMethod:
 
 
 def domains_in(state: dict) -> int:
-    """How many domains' cores a checkpoint state holds (those of its first adapter weight)."""
-    first = "seg_adapters.0.down.parametrizations.weight.0.cores."
-    return len({k[len(first):].split(".")[0] for k in state if k.startswith(first)})
+    """How many domains a checkpoint state has started (those of its first adapter weight): its
+    ``started`` entry, or, in a state with one parameter per domain, the number of ``cores.<t>``."""
+    first = "seg_adapters.0.down.parametrizations.weight.0."
+    if torch.is_tensor(state.get(first + "started")):
+        return int(state[first + "started"])
+    return len({k[len(first) + len("cores."):].split(".")[0] for k in state if k.startswith(first + "cores.")})
+
+
+def capacity_in(state: dict) -> int:
+    """Domain slots of a checkpoint state (its first adapter weight's ``bank`` rows), or, in a state with one
+    parameter per domain, the number of domains."""
+    bank = state.get("seg_adapters.0.down.parametrizations.weight.0.bank")
+    return bank.shape[0] if torch.is_tensor(bank) and bank.ndim == 3 else domains_in(state)
 
 
 def load(cfg, backbone, record: dict, state: dict) -> HeadMethod:
@@ -304,10 +387,10 @@ def load(cfg, backbone, record: dict, state: dict) -> HeadMethod:
     ``record["checkpoint_path"]``; a state that does not fit -> ``ValueError``."""
     if not isinstance(state, dict) or domains_in(state) == 0:
         keys = sorted(state)[:4] if isinstance(state, dict) else type(state).__name__
-        raise ValueError(f"checkpoint state is not a bilora state (no 'parametrizations.weight.0.cores' "
-                         f"entries); keys: {keys}")
+        raise ValueError(f"checkpoint state is not a bilora state (no 'parametrizations.weight.0.started' "
+                         f"or '.cores' entries); keys: {keys}")
     device = next(backbone.model.parameters()).device
-    head = bilora_head(cfg, backbone, record["prompts"]).to(device)  # cores and supports follow the bases
+    head = bilora_head(cfg, backbone, record["prompts"], capacity_in(state)).to(device)  # follows the bases
     for index in range(domains_in(state)):
         start_domain(cfg, head, index)
     own = head.state_dict()
