@@ -108,7 +108,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
 
 def train_domains_of(cfg: TrainConfig) -> tuple[str, ...]:
     """The training domains of a config that :func:`validate` returned (canonical names in order; it
-    replaces ``train_domains=None`` by every domain except the target); a config with ``None`` -> ``ValueError``."""
+    replaces ``train_domains=None`` by every domain except the target); ``None`` -> ``ValueError``."""
     if cfg.train_domains is None:
         raise ValueError("cfg.train_domains is None: pass the config validate(cfg) returns")
     return cfg.train_domains
