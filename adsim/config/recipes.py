@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from adsim.config.choices import METRICS, SCORES
 from adsim.config.prompts import PROMPT_SETS
@@ -289,7 +290,8 @@ def from_dict(d: dict) -> Recipe:
     unknown = sorted(set(d) - set(FIELDS))
     if unknown:
         raise ValueError(f"unknown recipe field {unknown[0]!r}; fields: {FIELDS}")
-    vals = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+    # a JSON record's values (any type): validate() refuses a value its field does not allow
+    vals: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
     return validate(Recipe(**{"name": "custom", **vals}))
 
 

@@ -7,32 +7,88 @@ way through ``--recipe``, ``--set``, the flags and a ``config.json``.
 """
 from __future__ import annotations
 
-from collections import namedtuple
+from typing import NamedTuple
 
 from adsim.config import recipes
 from adsim.data.domains import DOMAINS, canonical_domain
 
 METHODS = recipes.CHOICES["method"]  # naive, match: the adapter head; others: a registered Trainer
 
-# The run's own fields (name, default); data, target and out are required.
-RUN_DEFAULTS = (("data", None), ("target", None), ("out", None),
-                ("train_domains", None),  # None: every domain except the target
-                ("backbone", "ViT-L-14-336"), ("checkpoint", None), ("image_size", None),
-                ("betas", (0.5, 0.999)), ("grad_clip", 1.0), ("holdout_frac", 0.2), ("seed", 0),
-                ("device", "auto"), ("precision", "auto"), ("num_workers", 0))
-RUN_FIELDS = tuple(n for n, _ in RUN_DEFAULTS)
-# Every recipe field that training reads (protocol_mode is the protocol's), defaults = the clean recipe.
+_CLEAN = recipes.RECIPES["clean"]
+
+
+class TrainConfig(NamedTuple):
+    """A training run: the run's own fields (``data``, ``target``, ``out``, ``backbone``, ...)
+    plus every field of :class:`adsim.config.recipes.Recipe` with the ``clean`` recipe's values as defaults;
+    :func:`config_from_recipe` builds one from any recipe."""
+
+    # The run's own fields; data, target and out are required.
+    data: str
+    target: str
+    out: str
+    train_domains: tuple[str, ...] | None = None  # None: every domain except the target
+    backbone: str = "ViT-L-14-336"
+    checkpoint: str | None = None
+    image_size: int | None = None
+    betas: tuple[float, float] = (0.5, 0.999)  # Adam's (beta1, beta2)
+    grad_clip: float = 1.0
+    holdout_frac: float = 0.2
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "auto"
+    num_workers: int = 0
+    # Every recipe field that training reads (protocol_mode is the protocol's), in Recipe's order and with
+    # Recipe's types, defaults = the clean recipe (tests/adsim/test_adsim_recipes.py checks the three).
+    method: str = _CLEAN.method
+    metric: str = _CLEAN.metric
+    gate_unit: str = _CLEAN.gate_unit
+    gate_filter: str = _CLEAN.gate_filter
+    gate_mode: str = _CLEAN.gate_mode
+    gate_tau: str = _CLEAN.gate_tau
+    tau: float = _CLEAN.tau
+    match_branches: str = _CLEAN.match_branches
+    update: str = _CLEAN.update
+    alpha: float = _CLEAN.alpha
+    loss_metric: str = _CLEAN.loss_metric
+    intra_power: int = _CLEAN.intra_power
+    inter_form: str = _CLEAN.inter_form
+    vaca: bool = _CLEAN.vaca
+    vaca_branches: str = _CLEAN.vaca_branches
+    renorm_after_vaca: bool = _CLEAN.renorm_after_vaca
+    gamma: float = _CLEAN.gamma
+    prompts: str = _CLEAN.prompts
+    clip_norm: bool = _CLEAN.clip_norm
+    adapter_bias: bool = _CLEAN.adapter_bias
+    quick_gelu: bool = _CLEAN.quick_gelu
+    aug_rate: float = _CLEAN.aug_rate
+    train_splits: tuple = _CLEAN.train_splits
+    batch_size: int = _CLEAN.batch_size
+    epochs: int = _CLEAN.epochs
+    lr: float = _CLEAN.lr
+    beta_dice: float = _CLEAN.beta_dice
+    beta_focal: float = _CLEAN.beta_focal
+    beta_bce: float = _CLEAN.beta_bce
+    dice_unit: str = _CLEAN.dice_unit
+    kmeans: str = _CLEAN.kmeans
+    lambda_intra: float = _CLEAN.lambda_intra
+    lambda_inter: float = _CLEAN.lambda_inter
+    lambda_var: float = _CLEAN.lambda_var
+    cls_only_pixel_loss: str = _CLEAN.cls_only_pixel_loss
+    select: str = _CLEAN.select
+    scoring: str = _CLEAN.scoring
+    smooth_sigma: float = _CLEAN.smooth_sigma
+    # the name of the recipe the run started from (its fields may have been overridden)
+    recipe: str = "clean"
+
+
+# Every recipe field that training reads: TrainConfig's fields after the run's own.
 RECIPE_FIELDS = tuple(f for f in recipes.FIELDS if f not in ("name", "protocol_mode"))
-_RECIPE_DEFAULTS = tuple((f, getattr(recipes.RECIPES["clean"], f)) for f in RECIPE_FIELDS)
+RUN_FIELDS = tuple(f for f in TrainConfig._fields if f not in RECIPE_FIELDS and f != "recipe")
+# The run's own fields (name, default); data, target and out are required (default None here).
+RUN_DEFAULTS = tuple((f, TrainConfig._field_defaults.get(f)) for f in RUN_FIELDS)
 # Recipe fields added after run folders were first written, with the value every run written before them ran
 # (no mosaic, Dice per image, scikit-learn's KMeans): a config.json without one of them is read with this value.
 ADDED_FIELDS = {"aug_rate": 0.0, "dice_unit": "image", "kmeans": "sklearn"}
-# plus ``recipe``: the name of the recipe the run started from (its fields may have been overridden)
-TrainConfig = namedtuple("TrainConfig", [n for n, _ in (*RUN_DEFAULTS, *_RECIPE_DEFAULTS)] + ["recipe"],
-                         defaults=[v for _, v in (*RUN_DEFAULTS[3:], *_RECIPE_DEFAULTS)] + ["clean"])
-TrainConfig.__doc__ = """A training run: the run's own fields (``data``, ``target``, ``out``, ``backbone``, ...)
-plus every field of :class:`adsim.config.recipes.Recipe` with the ``clean`` recipe's values as defaults;
-:func:`config_from_recipe` builds one from any recipe."""
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:
@@ -48,7 +104,15 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if not isinstance(cfg.grad_clip, (int, float)) or not cfg.grad_clip > 0:
         raise ValueError(f"grad_clip must be > 0, got {cfg.grad_clip!r}")
     return cfg._replace(target=target, train_domains=domains, train_splits=recipe.train_splits,
-                        betas=tuple(cfg.betas))
+                        betas=(*cfg.betas,))  # a tuple (a config.json holds a list)
+
+
+def train_domains_of(cfg: TrainConfig) -> tuple[str, ...]:
+    """The training domains of a config that :func:`validate` returned (canonical names in order; it
+    replaces ``train_domains=None`` by every domain except the target); ``None`` -> ``ValueError``."""
+    if cfg.train_domains is None:
+        raise ValueError("cfg.train_domains is None: pass the config validate(cfg) returns")
+    return cfg.train_domains
 
 
 def recipe_of(cfg: TrainConfig) -> recipes.Recipe:

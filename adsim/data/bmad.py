@@ -93,7 +93,7 @@ def preprocess(image: Image.Image, size: int, *, clip_norm: bool = True) -> torc
     """The training preprocessing of one image: RGB, bicubic resize to ``size x size``, ``[0, 1]``, CLIP
     mean/std normalisation when ``clip_norm``. Returns ``(3, size, size)`` float32. Any image size is
     accepted (mismatched sizes are resized, as in training)."""
-    img = image.convert("RGB").resize((size, size), Image.BICUBIC)
+    img = image.convert("RGB").resize((size, size), Image.Resampling.BICUBIC)
     x = torch.from_numpy(np.asarray(img, dtype=np.float32) / 255.0).permute(2, 0, 1)
     return _normalise(x) if clip_norm else x
 
@@ -104,7 +104,7 @@ def preprocess_array(pixels: np.ndarray, size: int, *, clip_norm: bool = True) -
     as the 8-bit path clips to ``[0, 255]``; grey is repeated to 3 channels."""
     a = np.asarray(pixels, dtype=np.float32)
     channels = [a] if a.ndim == 2 else [a[..., c] for c in range(a.shape[-1])]
-    resized = [np.asarray(Image.fromarray(np.ascontiguousarray(c)).resize((size, size), Image.BICUBIC),
+    resized = [np.asarray(Image.fromarray(np.ascontiguousarray(c)).resize((size, size), Image.Resampling.BICUBIC),
                           dtype=np.float32) for c in channels]
     x = torch.from_numpy(np.clip(np.stack(resized * 3 if len(resized) == 1 else resized), 0.0, 1.0))
     return _normalise(x) if clip_norm else x
@@ -170,7 +170,7 @@ def holdout(samples: list, fraction: float, seed: int) -> tuple:
         raise ValueError(f"holdout fraction must be in (0, 1), got {fraction!r}")
     rng = np.random.default_rng(seed)
     train, held = [], []
-    groups = {}
+    groups: dict[tuple[str, int], list[Sample]] = {}
     for s in samples:
         groups.setdefault((s.domain, s.label), []).append(s)
     for key in sorted(groups):

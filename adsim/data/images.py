@@ -47,7 +47,7 @@ def image_items(images, *, axis="axial") -> list:
     if not isinstance(images, (list, tuple)):
         raise TypeError(f"images must be a folder, a path, a PIL image, a tensor or a list of paths/PIL "
                         f"images, got {type(images).__name__}")
-    items = []
+    items: list[tuple[str, Image.Image | Source | Path]] = []
     for i, im in enumerate(images):
         if isinstance(im, Image.Image):
             items.append((f"<PIL image {i}>", im))

@@ -55,10 +55,15 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 from PIL import Image
+
+if TYPE_CHECKING:
+    # nibabel.load declares the base class FileBasedImage; a .nii / .nii.gz file loads as a Nifti1Image
+    # (Nifti2Image is one), and anything else fails where it is used, inside _reading
+    from nibabel.nifti1 import Nifti1Image
 
 MAX_PIXELS = 2 ** 26   # PIL's own bomb limit is about 89 M pixels
 """Largest 2-D picture read (8192 x 8192 pixels); a larger one is refused as unreadable."""
@@ -131,7 +136,7 @@ class Source:
 class Decoded(NamedTuple):
     """``pixels``: a PIL image (8-bit) or float32 ``(H, W)`` / ``(H, W, 3)`` in ``[0, 1]``;
     ``window``: how stored values became these pixels (e.g. ``DICOM window C=600 W=1600``)."""
-    pixels: object
+    pixels: Image.Image | np.ndarray
     window: str
 
 
@@ -315,7 +320,7 @@ def _expand_nifti(path: Path, axis) -> list:
 
     try:
         with _reading(path, "not a readable NIfTI header"):
-            img = nibabel.load(path)  # the header; voxels are read on first access
+            img = cast("Nifti1Image", nibabel.load(path))  # the header; voxels are read on first access
             shape = tuple(int(n) for n in img.shape)
             ax, name = resolve_axis(axis, img.affine)
     except UnreadableInput:
@@ -335,25 +340,26 @@ def expand_folder(folder, *, axis="axial") -> list:
     folder = Path(folder)
     files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
     headers = {p: _summary(p) for p in files if not is_nifti(p) and is_dicom(p)}
-    series = {}
+    series: dict[str, list[Path]] = {}
     for p, h in headers.items():
         if h is not None and h.frames == 1 and h.series:
             series.setdefault(h.series, []).append(p)
-    items, done = [], set()
+    read = {p: h for p, h in headers.items() if h is not None}  # a series' files are all here
+    items: list[Path | Source] = []
+    done: set[Path] = set()
     for p in files:
         if p in done:
             continue
-        h = headers.get(p, False)
-        if h is False:
+        if p not in headers:  # not a DICOM file
             items += expand(p, axis=axis)
-        elif h is None:
+        elif (h := headers[p]) is None:
             items.append(Source(p))
         else:
             group = series.get(h.series, [p]) if h.series else [p]
             if len(group) > 1:
                 volume = f"{folder} [series {h.number or h.series}]"
-                order = sorted(group, key=lambda q: (headers[q].instance, q.name))
-                items += [_expand_dicom(q, headers[q], volume)[0] for q in order]
+                order = sorted(group, key=lambda q: (read[q].instance, q.name))
+                items += [_expand_dicom(q, read[q], volume)[0] for q in order]
                 done.update(group)
             else:
                 items += _expand_dicom(p, h)
@@ -601,7 +607,7 @@ def _nifti(src: Source) -> Decoded:
     import nibabel
 
     with _reading(src.path, "not a readable NIfTI file"):
-        img = nibabel.load(src.path)
+        img = cast("Nifti1Image", nibabel.load(src.path))
         shape = tuple(int(n) for n in img.shape)
         if len(shape) == 4 and shape[3] == 1:
             shape = shape[:3]
@@ -615,6 +621,9 @@ def _nifti(src: Source) -> Decoded:
     with _reading(src.path, "NIfTI voxel data do not fit its header"):
         volume = volume.reshape(shape)
         if src.kind == "slice":
+            if src.index is None or src.axis is None:
+                raise UnreadableInput(f"a slice Source needs its index and axis, got index={src.index!r}, "
+                                      f"axis={src.axis!r}")
             picture = np.take(volume, src.index, axis=src.axis)
         else:
             picture = volume.reshape([n for n in shape if n != 1] or [1])
@@ -631,7 +640,7 @@ def _nifti_volume(path: str, mtime_ns: int, size: int) -> tuple:
     import nibabel
 
     with _reading(path, "NIfTI voxel data cannot be read (truncated or corrupt?)"):
-        img = nibabel.load(path)
+        img = cast("Nifti1Image", nibabel.load(path))
         volume = np.asarray(img.dataobj, dtype=np.float32)
         cal_min, cal_max = float(img.header.get("cal_min", 0) or 0), float(img.header.get("cal_max", 0) or 0)
         if math.isfinite(cal_min) and math.isfinite(cal_max) and cal_max > cal_min:

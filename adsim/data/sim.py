@@ -148,7 +148,7 @@ def _orth_unit(rng, base):
     return _unit(z)
 
 
-def alignment_prior(p: SimParams) -> tuple:
+def alignment_prior(p: SimParams) -> tuple[float, float] | None:
     """``(alpha, beta)`` of the text-alignment prior ``a_k ~ Beta(alpha, beta)``, or ``None`` for the
     point mass at ``shared`` (``shared`` in {0, 1} or ``align_concentration = inf``)."""
     m, k = float(p.shared), float(p.align_concentration)
@@ -224,7 +224,7 @@ def _blobs(p: SimParams, n: int, rng) -> np.ndarray:
 
 def _split(p: SimParams, mean, anomaly, n_per_class: int, masked: bool, rng) -> Split:
     n, n_patch = 2 * n_per_class, p.grid ** 2
-    a = np.linalg.norm(mean)
+    a = float(np.linalg.norm(mean))  # mean is float64 (_directions): the same value as a Python float
     g = mean + np.sqrt(max(1.0 - a ** 2, 0.0)) * _orth_unit(rng, np.broadcast_to(mean / a, (n, p.width)))
     labels = np.repeat([0, 1], n_per_class)
     masks = _blobs(p, n, rng) * labels[:, None, None].astype(bool)

@@ -17,6 +17,7 @@ of this run's numbers, which are labelled "this run, simulated" or "this run, re
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -341,7 +342,7 @@ def table_md(proto, da, shared=None, gains=None, var=None, recipe: dict | None =
 
 def _extras(src: Path) -> tuple:
     """``(shared methods, vaca_gains table or None, variance table or None)`` of a protocol folder."""
-    shared = {}
+    shared: dict = {}  # as protocol.json records it
     if (src / "protocol.json").is_file():
         eq = read_json(src / "protocol.json").get("metric_equivalence") or {}
         shared = eq.get("copies") or eq.get("shared_with") or {}
@@ -356,7 +357,7 @@ def recipes_summary(runs: dict) -> str:
              "Each row: mean paired difference, 95% Student-t interval, pairs, verdict (poolsim.verdict). "
              "Recipes: docs/recipes.md.", "", "| claim | " + " | ".join(runs) + " |",
              "|---|" + "---|" * len(runs)]
-    table = {}
+    table: dict[str, dict[str, str]] = {}  # claim -> {recipe name: cell}
     for name, folder in runs.items():
         folder = Path(folder)
         shared, _, _ = _extras(folder)
@@ -382,7 +383,9 @@ def zero_shot_table(src) -> pd.DataFrame | None:
     recorded = read_json(src / "protocol.json").get("settings", {}).get("sim")
     if not recorded:
         return None
-    params = sim.SimParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()})
+    # the simulator parameters protocol.json recorded (JSON values: lists become tuples)
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()}
+    params = sim.SimParams(**fields)
     seeds = sorted(pd.read_csv(src / "protocol.csv")["seed"].unique())
     return pd.DataFrame([{"seed": int(s), "target": d, **z}
                          for s in seeds for d, z in sim.simulate(params, int(s)).info["zero_shot"].items()])

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import warnings
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ from adsim.inference.overlays import overlay_names, write_overlay
 from adsim.inference.scoring import run_score
 from adsim.methods import catalog, registry
 from adsim.methods.fewshot import attach
-from adsim.model.backbone import build_backbone, fingerprint
+from adsim.model.backbone import Backbone, build_backbone, fingerprint
 from adsim.runtime.device import autocast_dtype, resolve_device
 from adsim.runtime.io import load_torch, read_json
 
@@ -44,6 +44,15 @@ CHECKPOINTS = ("auto", "last", "best")
 
 class UnreadableImageWarning(UserWarning):
     """An input file could not be read as an image and was skipped."""
+
+
+class BatchScores(NamedTuple):
+    """What :meth:`Detector.score_samples` gives per batch of ``b`` images of side ``S``: the fields of
+    ``adsim.methods.registry.Output`` on the host: ``scores: (b,)`` and ``maps: (b, S, S)`` float32 NumPy
+    (``maps`` ``None`` when not asked for); ``patches`` is left empty."""
+    scores: np.ndarray
+    maps: np.ndarray | None
+    patches: tuple = ()
 
 
 class Prediction(NamedTuple):
@@ -83,7 +92,7 @@ def volume_rows(records: list, scores, topk: int = 1) -> list:
     slice/frame scores (``topk = 1``: the maximum), ``n`` (pictures scored), ``window`` (its pictures'
     window, or ``"per picture"`` when they differ), ``rule``, ``last`` (position of its last picture)."""
     _check_topk(topk)
-    groups = {}
+    groups: dict[str, list[int]] = {}  # volume -> positions of its pictures
     for i, r in enumerate(records):
         if r.get("volume"):
             groups.setdefault(r["volume"], []).append(i)
@@ -109,9 +118,9 @@ def _check_topk(topk) -> None:
 class Run(NamedTuple):
     """A run folder, rebuilt: its validated config, ``config.json`` record, frozen backbone (on
     ``device``), checkpoint head state dict and ``{"file", "epoch"}`` of the checkpoint."""
-    cfg: object
+    cfg: TrainConfig
     record: dict
-    backbone: object
+    backbone: Backbone
     state: dict
     checkpoint: dict
     device: torch.device
@@ -135,7 +144,8 @@ def _run_config(record: dict, where: Path):
     for key in ("backbone_fingerprint", "prompts"):
         if key not in record:
             raise ValueError(f"{where} lacks {key!r}: written by another adsim version")
-    cfg = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}  # JSON's
+    cfg = TrainConfig(**values)
     try:
         return validate(cfg)
     except ValueError as err:
@@ -263,18 +273,18 @@ class Detector:
         the shots (``adsim.methods.fewshot.exclude_shots``)."""
         return attach(self, normal_images, k, seed=seed, batch_size=batch_size)
 
-    def _forward(self, x: torch.Tensor, maps: bool) -> registry.Output:
+    def _forward(self, x: torch.Tensor, maps: bool) -> BatchScores:
         self.method.eval()
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.amp or torch.float32,
                                                     enabled=self.amp is not None):
             out = self.method(x.to(self.device, non_blocking=True))
-            return registry.Output(out.scores.float().cpu().numpy(), out.maps.float().cpu().numpy() if maps else None)
+            return BatchScores(out.scores.float().cpu().numpy(), out.maps.float().cpu().numpy() if maps else None)
 
     def score_samples(self, samples, *, batch_size: int = 16, maps: bool = True, progress: bool = False,
                       desc: str = "scoring", num_workers: int = 0) -> Iterator[tuple]:
-        """Stream ``adsim.data.Sample`` s in order: per batch ``(Output, batch)`` with ``Output.scores
-        (b,)`` and ``Output.maps (b, S, S)`` (``None`` with ``maps=False``) as NumPy (``patches`` left
-        empty) and ``batch`` the ``adsim.data.ImageDataset`` batch (``label``, ``mask``, ``index``, ...)."""
+        """Stream ``adsim.data.Sample`` s in order: per batch ``(BatchScores, batch)`` with ``scores
+        (b,)`` and ``maps (b, S, S)`` (``None`` with ``maps=False``) as NumPy (:class:`BatchScores`) and
+        ``batch`` the ``adsim.data.ImageDataset`` batch (``label``, ``mask``, ``index``, ...)."""
         _check_batch_size(batch_size)
         ds = bmad.ImageDataset(samples, self.method.image_size, clip_norm=self.method.clip_norm)
         loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
@@ -298,13 +308,16 @@ class Detector:
         items = image_items(images, axis=axis)
         if not items:
             raise ValueError(f"images: nothing to score in {images!r}")
-        names = None
+        names: list[str] | None = None
         if overlays is not None:
             names = overlay_names([f"{src.stem}.png" if isinstance(src, Source) else n for n, src in items])
         ds = _Images(items, self.method.image_size, self.method.clip_norm)
         loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                                              collate_fn=_collate, pin_memory=self.device.type == "cuda")
-        paths, scores, all_maps, records = [], [], [], []
+        paths: list[str] = []
+        batch_scores: list[np.ndarray] = []
+        all_maps: list[np.ndarray] = []
+        records: list[dict] = []
         warned = set()  # (file, reason): a damaged volume is one warning, not one per slice or frame
         for batch in tqdm(loader, desc="predict", disable=not progress, leave=False):
             for i, err in batch["errors"]:
@@ -323,16 +336,18 @@ class Detector:
             paths += [items[i][0] for i in batch["index"]]
             records += [record(items[i][0], items[i][1], w, names[i] if names else None)
                         for i, w in zip(batch["index"], batch["window"])]
-            scores.append(out.scores)
-            if maps:
-                all_maps.append(out.maps)
-            if overlays is not None:
-                rgb = bmad.unnormalise(batch["image"], clip_norm=self.method.clip_norm).permute(0, 2, 3, 1).numpy()
-                for j, i in enumerate(batch["index"]):
-                    write_overlay(Path(overlays) / names[i], rgb[j], out.maps[j], score=float(out.scores[j]))
+            batch_scores.append(out.scores)
+            if out.maps is not None:  # asked for: maps, overlays or both
+                if maps:
+                    all_maps.append(out.maps)
+                if names is not None:  # overlays
+                    shown = bmad.unnormalise(batch["image"], clip_norm=self.method.clip_norm)  # (b, 3, S, S)
+                    rgb = shown.permute(0, 2, 3, 1).numpy()
+                    for j, i in enumerate(batch["index"]):
+                        write_overlay(Path(overlays) / names[i], rgb[j], out.maps[j], score=float(out.scores[j]))
         if not paths:
             raise ValueError(f"images: none of the {len(items)} inputs is a readable image")
-        scores = np.concatenate(scores)
+        scores = np.concatenate(batch_scores)
         return Prediction(paths, scores, np.concatenate(all_maps) if maps else None, records,
                           volume_rows(records, scores, volume_topk))
 

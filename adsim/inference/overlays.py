@@ -53,7 +53,7 @@ def overlay_names(names: list) -> list:
     """One PNG file name per input name: ``<stem>.png``; inputs without a file stem, or stems that occur
     twice, get their position as a prefix (``00003_<stem>.png``), so no two inputs share a file."""
     stems = [Path(n).stem if not n.startswith("<") else "" for n in names]
-    counts = {}
+    counts: dict[str, int] = {}
     for s in stems:
         counts[s] = counts.get(s, 0) + 1
     return [f"{s}.png" if s and counts[s] == 1 else f"{i:05d}_{s or 'image'}.png" for i, s in enumerate(stems)]
@@ -76,7 +76,9 @@ def write_overlay(path, image: np.ndarray, amap: np.ndarray, mask: np.ndarray | 
     text = " ".join(t for t in (title, None if score is None else f"score {score:.3g}") if t)
     if text:
         font = _font()
-        left, top, right, bottom = ImageDraw.Draw(Image.new("RGB", (1, 1))).textbbox((0, 0), text, font=font)
+        # the box of a text drawn at (0, 0) is whole pixels (Pillow's stubs declare floats for scaled fonts)
+        draw = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+        left, top, right, bottom = map(int, draw.textbbox((0, 0), text, font=font))
         strip = Image.new("RGB", (max(rgb.shape[1], right + 4), bottom + 4), (255, 255, 255))
         ImageDraw.Draw(strip).text((2, 2), text, fill=(0, 0, 0), font=font)
         canvas = Image.new("RGB", (strip.width, rgb.shape[0] + strip.height), (255, 255, 255))

@@ -45,7 +45,7 @@ def safe_cell(value) -> str:
 def csv_rows(pred) -> list:
     """``scores.csv``'s rows (dicts of :data:`COLUMNS`, not yet guarded) of an
     ``adsim.inference.Prediction``: each picture, and each volume's row after its last picture."""
-    after = {}
+    after: dict[int, list[dict]] = {}
     for v in pred.volumes or []:
         after.setdefault(v["last"], []).append(v)
     rows = []

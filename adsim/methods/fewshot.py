@@ -118,7 +118,7 @@ def exclude_shots(samples: list, shots: list) -> list:
     paths = {Path(getattr(s, "image", s)).resolve() for s in shots if not isinstance(s, (Image.Image, Source))}
     digests = {_digest(p) for p in paths}
     sizes = {p.stat().st_size for p in paths}
-    kept = []
+    kept: list = []  # the items of samples, as given
     for s in samples:
         if isinstance(s, Image.Image):
             kept.append(s)
@@ -242,7 +242,8 @@ class FewShot(Method):
         self.name, self.image_size, self.grid = f"{method.name}+fewshot", method.image_size, method.grid
         self.clip_norm = method.clip_norm
         device = _device(method)
-        feats, zero_maps, n_images = None, [], 0
+        feats: list[list[torch.Tensor]] | None = None
+        zero_maps, n_images = [], 0
         cast = torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None)
         with torch.inference_mode(), cast:
             for x in _batches(images, batch_size):
@@ -296,15 +297,15 @@ class FewShot(Method):
         k, n = per_image[0].shape[:2]
         bank = [f.reshape(-1, f.shape[-1]) for f in per_image]
         owner = torch.arange(k, device=bank[0].device).repeat_interleave(n)  # (k N,) image of each row
-        maps = []
+        per_shot = []
         for i in range(k):
             if k > 1:
                 exclude = (owner == i).expand(1, n, -1)
             else:  # no other shot: every patch but the patch itself
                 exclude = torch.eye(n, dtype=torch.bool, device=owner.device)[None]
             d = torch.stack([nn_distance(f[i:i + 1], b, exclude=exclude) for f, b in zip(per_image, bank)])
-            maps.append(_upsample(d.mean(0), self.grid, self.image_size))
-        maps = torch.cat(maps)
+            per_shot.append(_upsample(d.mean(0), self.grid, self.image_size))
+        maps = torch.cat(per_shot)
         return float(maps.mean()), float(maps.std())
 
     @property

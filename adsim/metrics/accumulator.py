@@ -143,6 +143,12 @@ class _Histograms:
         self.pos = np.zeros(bins, np.int64)
         self.pro = np.zeros(bins, np.float64)
 
+    def _exponent(self) -> int:
+        """The grid's ``e`` (set by the first data)."""
+        if self.e is None:
+            raise ValueError("no scores were added: the histograms have no grid yet")
+        return self.e
+
     def _key(self, x: float, e: int) -> int:
         return math.floor(math.ldexp(x, -e))
 
@@ -177,7 +183,7 @@ class _Histograms:
 
     def _moved(self, e: int, k0: int) -> tuple:
         """``(neg, pos, pro)`` re-binned onto the grid ``(e >= self.e, k0)`` (which must cover them)."""
-        B, d = self.bins, e - self.e
+        B, d = self.bins, e - self._exponent()
         old = np.flatnonzero((self.neg > 0) | (self.pos > 0))
         idx = ((old + np.int64(self.k0)) >> d) - np.int64(k0)
         neg, pos, pro = (np.zeros(B, np.int64), np.zeros(B, np.int64), np.zeros(B, np.float64))
@@ -204,7 +210,7 @@ class _Histograms:
         self.pro += pro
 
     def _index(self, x: np.ndarray) -> np.ndarray:
-        return (np.floor(np.ldexp(x.astype(np.float64), -self.e)) - self.k0).astype(np.int64)
+        return (np.floor(np.ldexp(x.astype(np.float64), -self._exponent())) - self.k0).astype(np.int64)
 
     def add(self, normal: np.ndarray, anomalous: np.ndarray, weights: np.ndarray) -> None:
         both = [v for v in (normal, anomalous) if v.size]
@@ -221,7 +227,7 @@ class _Histograms:
 
     @property
     def width(self) -> float:
-        return math.ldexp(1.0, self.e)
+        return math.ldexp(1.0, self._exponent())
 
 
 class Accumulator:
@@ -236,6 +242,13 @@ class Accumulator:
     percentage points on the distance of each pixel metric to its exact value). Higher scores = more
     anomalous."""
 
+    pixel: bool
+    """Whether pixel maps and masks are accumulated (and pixel metrics computed)."""
+    bins: int
+    """Bins of each pixel histogram."""
+    fpr_limit: float
+    """The false-positive-rate limit of ``aupro``."""
+
     def __init__(self, pixel: bool, bins: int = DEFAULT_BINS, fpr_limit: float = FPR_LIMIT):
         if not isinstance(pixel, (bool, np.bool_)):
             raise TypeError(f"pixel must be True or False, got {pixel!r}")
@@ -247,8 +260,14 @@ class Accumulator:
         self.pixel, self.bins, self.fpr_limit = bool(pixel), int(bins), float(fpr_limit)
         self._scores: list[np.ndarray] = []
         self._labels: list[np.ndarray] = []
-        self._hist = _Histograms(self.bins) if self.pixel else None
-        self._regions = 0
+        self._hist: _Histograms | None = _Histograms(self.bins) if self.pixel else None
+        self._regions: int = 0  # anomalous regions of the masks so far
+
+    def _histograms(self) -> _Histograms:
+        """The pixel histograms (held with ``pixel=True`` only)."""
+        if self._hist is None:
+            raise ValueError("an Accumulator(pixel=False) holds no pixel histograms")
+        return self._hist
 
     def update(self, scores, labels, maps=None, masks=None) -> Accumulator:
         """Add one batch: ``scores (B,)`` and ``labels (B,)`` (0 normal, 1 anomalous); with ``pixel``,
@@ -270,7 +289,7 @@ class Accumulator:
             regions, n = label(masks, structure=_REGIONS)
             sizes = np.bincount(regions.ravel())
             anomalous = regions > 0
-            self._hist.add(maps[~masks], maps[anomalous], 1.0 / sizes[regions[anomalous]])
+            self._histograms().add(maps[~masks], maps[anomalous], 1.0 / sizes[regions[anomalous]])
             self._regions += int(n)
         self._scores.append(scores.astype(np.float64))
         self._labels.append(labels)
@@ -295,7 +314,7 @@ class Accumulator:
         self._scores += other._scores
         self._labels += other._labels
         if self.pixel:
-            self._hist.absorb(other._hist)
+            self._histograms().absorb(other._histograms())
             self._regions += other._regions
         return self
 
@@ -318,7 +337,7 @@ class Accumulator:
         return out
 
     def _pixel_metrics(self) -> dict:
-        h = self._hist
+        h = self._histograms()
         n_neg, n_pos = int(h.neg.sum()), int(h.pos.sum())
         if n_pos == 0 or n_neg == 0:
             raise ValueError(f"pixel metrics undefined: the masks contain {'no anomalous' if n_pos == 0 else 'only'}"

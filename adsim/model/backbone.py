@@ -20,11 +20,14 @@ import os
 import warnings
 import zipfile
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import torch
 
 from adsim.config.choices import BACKBONES, TINY
+
+if TYPE_CHECKING:
+    from open_clip.model import CLIP  # what build_backbone builds (open_clip ships no type hints: Any here)
 
 _CONFIG_DIR = Path(__file__).with_name("model_configs")
 # The largest patch grid accepted: attention memory grows with the fourth power of the side, and 64 x 64
@@ -53,8 +56,8 @@ class BackboneSpec(NamedTuple):
 
 class Backbone(NamedTuple):
     """A frozen open_clip model in eval mode, its tokenizer and its :class:`BackboneSpec`."""
-    model: torch.nn.Module  # open_clip CLIP, frozen, eval mode
-    tokenizer: object
+    model: CLIP  # frozen, eval mode
+    tokenizer: Callable[..., torch.Tensor]  # texts -> (n, context_length) token ids
     spec: BackboneSpec
 
 

@@ -410,16 +410,17 @@ def gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metri
         r = torch.zeros(S, 2, n, device=f.device)
         c_out = cents.clone()
         block, fixed, warps = triton.next_power_of_2(d), tau is not None, num_warps or default_num_warps(kernel, d)
+        radius = 0.0 if tau is None else float(tau)  # the kernels' tau argument (unused without FIXED_TAU)
         if S > 0:
             with torch.cuda.device(f.device) if on_cuda else _nullcontext():  # launch on the tensors' GPU
                 if kernel == "dots":  # compiled with FMA contraction (module docstring)
                     _dots_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha), 1.0 - float(alpha),
-                                       _tau_key(metric, float(tau)) if fixed else 0.0, METRIC=METRIC_IDS[metric],
+                                       _tau_key(metric, radius) if fixed else 0.0, METRIC=METRIC_IDS[metric],
                                        FIXED_TAU=fixed, BLOCK_D=block, STAGES=DOTS_STAGES, num_warps=warps)
                 else:
-                    tau_sin, tau_cos = _tau_half_angle(float(tau)) if fixed else (0.0, 1.0)
+                    tau_sin, tau_cos = _tau_half_angle(radius) if fixed else (0.0, 1.0)
                     _gate_kernel[(S,)](f, lab, cents, inits, acc, r, c_out, n, d, float(alpha), 1.0 - float(alpha),
-                                       float(tau) if fixed else 0.0, tau_sin, tau_cos, METRIC=METRIC_IDS[metric],
+                                       radius, tau_sin, tau_cos, METRIC=METRIC_IDS[metric],
                                        FIXED_TAU=fixed, SLERP=update == "slerp", BLOCK_D=block, num_warps=warps,
                                        enable_fp_fusion=False)  # separate roundings of a*c + b*f, like torch, JAX
     return Decisions(acc[:, 0], acc[:, 1], r[:, 0], r[:, 1], c_out[:, 0], c_out[:, 1])

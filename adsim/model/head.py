@@ -65,6 +65,11 @@ class Adapter(nn.Module):
 class VACA(nn.Module):
     """Variance-aware channel attention for one (layer, task)."""
 
+    delta_running: torch.Tensor
+    """``(dim,)`` running mean of the per-channel text contrast ``Delta`` (what eval mode uses): a buffer."""
+    n_tracked: torch.Tensor
+    """``()`` int64, training batches seen so far: a buffer."""
+
     def __init__(self, dim: int, *, gamma: float = 1.0, hidden: int | None = None, momentum: float = 0.1):
         super().__init__()
         hidden = hidden or max(dim // 4, 8)
@@ -109,6 +114,9 @@ class Features(NamedTuple):
 
 class Head(nn.Module):
     """Every trainable parameter and every piece of state that a run checkpoints."""
+
+    text: torch.Tensor
+    """``(2, E)`` text embeddings (normal, anomalous): a buffer."""
 
     def __init__(self, width: int, embed_dim: int, text: torch.Tensor, *, n_layers: int = 4,
                  vaca: bool = True, gamma: float = 1.0, matching: bool = True, metric: str = "geodesic",

@@ -448,6 +448,15 @@ class CentroidBank(torch.nn.Module):
     for both the EMA and the slerp update.
     """
 
+    c_pos: torch.Tensor
+    """``(n_slots, dim)`` normal centroids: a buffer."""
+    c_neg: torch.Tensor
+    """``(n_slots, dim)`` anomalous centroids: a buffer."""
+    init_pos: torch.Tensor
+    """``(n_slots,)`` 0/1: normal centroid initialised: a buffer."""
+    init_neg: torch.Tensor
+    """``(n_slots,)`` 0/1: anomalous centroid initialised: a buffer."""
+
     def __init__(self, n_slots: int, dim: int, *, metric: str = "geodesic", mode: str = "batched",
                  alpha: float = 0.5, update: str = "ema", tau: float | None = None, scan_backend: str = "auto"):
         super().__init__()

@@ -53,6 +53,8 @@ def matching_losses(cfg: TrainConfig, head: Head, feats, labels, masks, has_mask
     sample that failed the gate under ``gate_filter="skip_step"``, else 1. Every matched feature is a
     unit vector (``match_sets``), so the gate and ``L_intra`` skip re-normalising, and ``L_intra``
     takes both centroids of a slot in one pass."""
+    if head.centroids is None:
+        raise ValueError("matching_losses needs a head with centroids (method 'match'), got one without")
     lm = cfg.metric if cfg.loss_metric == "gate" else "geodesic"
     sets = match_sets(cfg, feats, labels, masks, has_mask, grid)
     outs = head.centroids.steps([(start, f, y, v) for start, f, y, v, _ in sets], unit=True)
@@ -88,7 +90,8 @@ def pixel_mask_weights(cfg: TrainConfig, batch) -> torch.Tensor:
     return has_mask
 
 
-def head_terms(cfg: TrainConfig, head: Head, feats, batch, grid: int) -> tuple:
+def head_terms(cfg: TrainConfig, head: Head, feats, batch,
+               grid: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The part of the objective that needs the head's state: ``(seg_logits (L, B, N), image_logits
     (L, B), var, intra, inter, keep (B,))``, updating the centroids (training mode); the matching
     terms are 0 and ``keep`` all ones without centroids."""

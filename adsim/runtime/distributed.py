@@ -227,7 +227,7 @@ def gather_objects(obj) -> list:
     return parts
 
 
-def gather_arrays(out: dict, n: int) -> dict:
+def gather_arrays(out: dict | None, n: int) -> dict:
     """Inverse of :func:`shard`: ``out`` is this rank's dict of NumPy arrays (first axis = item; a value
     may be ``None``), or ``None`` for an empty share (fewer items than ranks). Every rank gets the arrays
     of all ``n`` items in the original order."""

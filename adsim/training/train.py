@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from adsim.config import recipes
 from adsim.config.prompts import prompt_texts
-from adsim.config.run import ADDED_FIELDS, TrainConfig, recipe_of, validate
+from adsim.config.run import ADDED_FIELDS, TrainConfig, recipe_of, train_domains_of, validate
 from adsim.data import bmad
 from adsim.data.mosaic import Mosaic
 from adsim.data.domains import MASKED
@@ -96,7 +96,8 @@ def _epoch_steps(cfg, head, opt, scaler, batches, forward, grid, device, amp, de
     """:func:`train_epoch`'s loop. A step reads nothing back to the host (no GPU sync), except the
     authors' gate filter (``gate_filter="skip_step"``, below), the exact slerp gate's replay
     (``adsim.model.matching.moved_steps``) and, with ``progress``, every 10th step's loss and finite flag."""
-    sums, steps = {}, 0
+    sums: dict[str, torch.Tensor] = {}
+    steps = 0
     bar = tqdm(batches, desc=desc, disable=not progress, leave=False)
     for batch in bar:
         batch = _batch_to(batch, device)
@@ -205,6 +206,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     after a compile fallback the remaining domains train eagerly (one warning in all)."""
 
     cfg = validate(cfg)
+    domains = train_domains_of(cfg)
     if trunk_cache and cfg.aug_rate > 0:
         raise ValueError(f"--trunk-cache computes each image's tokens once: it cannot train on the mosaic "
                          f"augmentation (aug_rate {cfg.aug_rate}); set aug_rate=0 or drop --trunk-cache")
@@ -246,7 +248,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
     opt = None if sequential else make_optimizer(cfg, head)
     scaler = torch.amp.GradScaler(device.type, enabled=amp is torch.float16)
 
-    samples = [s for d in cfg.train_domains for sp in cfg.train_splits for s in bmad.list_split(cfg.data, d, sp)]
+    samples = [s for d in domains for sp in cfg.train_splits for s in bmad.list_split(cfg.data, d, sp)]
     selection = []
     if cfg.select == "heldout":
         samples, selection = bmad.holdout(samples, cfg.holdout_frac, cfg.seed)
@@ -271,13 +273,14 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
             for d in range(phase + 1):
                 trainer.start_domain(cfg, head, d)
             opt = make_optimizer(cfg, head)
+        assert opt is not None  # pooled: built above; sequential: built just now
         head.load_state_dict(ckpt["head"])
         opt.load_state_dict(ckpt["optimizer"])
         scaler.load_state_dict(ckpt["scaler"])
         start, history, best = (phase, ckpt["epoch"] + 1), ckpt["history"], ckpt["best"]
         if ddp.rank == 0:  # as the checkpoint has it: a stop between the two writes left it an epoch behind
             write_json(out / "history.json", {"history": history, "best": best, "select": cfg.select})
-    dataset = bmad.ImageDataset(samples, spec.image_size, clip_norm=cfg.clip_norm)
+    dataset: torch.utils.data.Dataset = bmad.ImageDataset(samples, spec.image_size, clip_norm=cfg.clip_norm)
     mosaic = None  # the 2 x 2 mosaic augmentation (recipe aug_rate), drawn per (phase, epoch, item)
     if cfg.aug_rate > 0:
         dataset = mosaic = Mosaic(dataset, [s.domain for s in samples], cfg.aug_rate, seed=cfg.seed)
@@ -334,16 +337,16 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool = True, trun
                                   "history": history, "best": best})
                 write_json(out / "history.json", {"history": history, "best": best, "select": cfg.select})
 
-    for phase in range(start[0], len(cfg.train_domains) if sequential else 1):
+    for phase in range(start[0], len(domains) if sequential else 1):
         domain = phase if sequential else None
-        data = dataset
+        data: torch.utils.data.Dataset = dataset
         if sequential:
             if not (resume and phase == start[0]):  # a domain the checkpoint has not started
                 trainer.start_domain(cfg, head, domain)
                 opt = make_optimizer(cfg, head)
             data = torch.utils.data.Subset(dataset, [i for i, d in enumerate(dataset.domains) if d == domain])
             if not len(data):
-                raise ValueError(f"train domain {cfg.train_domains[domain]} has no training images in splits "
+                raise ValueError(f"train domain {domains[phase]} has no training images in splits "
                                  f"{cfg.train_splits}")
         first = start[1] if phase == start[0] else 0
         if first >= cfg.epochs:

@@ -206,6 +206,14 @@ def test_matching_losses_equal_previous_objective_block():
         torch.testing.assert_close(a, b_, rtol=1e-4, atol=1e-6)
 
 
+def test_matching_losses_refuse_a_head_without_centroids():
+    cfg = TrainConfig(data="", target="Brain", out="", method="naive")
+    head = make_head(cfg, 16, 16, _unit(torch.randn(2, 16)), n_layers=2)
+    assert head.centroids is None
+    with pytest.raises(ValueError, match="centroids"):
+        matching_losses(cfg, head, None, torch.zeros(2), torch.zeros(2, 8, 8), torch.ones(2), 4)
+
+
 def test_geodesic_intra_several_centroids_equals_one_at_a_time():
     g = torch.Generator().manual_seed(2)
     f = torch.randn(3, 50, 8, generator=g, dtype=torch.float64)

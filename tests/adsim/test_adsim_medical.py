@@ -123,6 +123,12 @@ def test_nifti_volume_is_one_item_per_slice_equal_to_nibabels_array(axis, voxel_
         np.testing.assert_allclose(medical.decode(src).pixels, expected, atol=1e-6)
 
 
+def test_a_nifti_slice_without_its_index_or_axis_is_refused():
+    for index, axis in ((None, 2), (3, None)):
+        with pytest.raises(medical.UnreadableInput, match="index and axis"):
+            medical.decode(medical.Source(NII / "anatomical.nii", "slice", index, axis, "axial"))
+
+
 def test_nifti_display_range_is_the_window_when_set(tmp_path):
     img = nibabel.load(NII / "anatomical.nii")
     vol = np.asarray(img.dataobj, dtype=np.float32)

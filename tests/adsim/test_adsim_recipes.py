@@ -2,13 +2,15 @@
 import dataclasses
 import json
 import math
+import typing
 
 import pytest
 import torch
 
 from adsim.cli.main import main
 from adsim.config import recipes
-from adsim.config.run import TrainConfig, config_from_recipe, recipe_of
+from adsim.config.run import RECIPE_FIELDS, RUN_FIELDS, TrainConfig, config_from_recipe, recipe_of, train_domains_of, validate
+from adsim.data.domains import DOMAINS
 from adsim.model import losses
 from adsim.model.head import make_head
 from adsim.model.objective import objective
@@ -18,6 +20,26 @@ def test_clean_recipe_is_the_trainconfig_default():
     # one source of defaults: TrainConfig's defaults are the clean recipe, field by field
     cfg = TrainConfig(data="d", target="Brain", out="o")
     assert recipe_of(cfg) == recipes.get("clean")
+
+
+def test_trainconfig_declares_every_recipe_field_with_its_type():
+    # TrainConfig is written out for the type checker: the run's own fields, then every recipe field training
+    # reads in Recipe's order, with Recipe's annotation, then ``recipe`` (a Recipe field added without its
+    # TrainConfig line fails here)
+    assert TrainConfig._fields == (*RUN_FIELDS, *RECIPE_FIELDS, "recipe")
+    assert set(RECIPE_FIELDS) == set(recipes.FIELDS) - {"name", "protocol_mode"}
+    ours, theirs = typing.get_type_hints(TrainConfig), typing.get_type_hints(recipes.Recipe)
+    assert {f: ours[f] for f in RECIPE_FIELDS} == {f: theirs[f] for f in RECIPE_FIELDS}
+
+
+def test_train_domains_of_a_validated_config():
+    cfg = TrainConfig(data="d", target="Brain", out="o")
+    with pytest.raises(ValueError, match="validate"):
+        train_domains_of(cfg)
+    # validate() resolves None to every domain except the target, in DOMAINS order
+    assert train_domains_of(validate(cfg)) == tuple(d for d in DOMAINS if d != "Brain")
+    picked = validate(cfg._replace(train_domains=["liver", "Retina_RESC"]))
+    assert train_domains_of(picked) == ("Liver", "Retina_RESC")
 
 
 @pytest.mark.parametrize("name", recipes.names())

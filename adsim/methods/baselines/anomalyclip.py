@@ -90,6 +90,9 @@ class PromptLearner(nn.Module):
     ``n_ctx`` (not saved). ``image_ln_post`` (image embedding with CLIP's ``ln_post``; AnomalyCLIP: without)
     and ``upsample`` (one of :data:`UPSAMPLES`) are settings, not state."""
 
+    tokens: torch.Tensor
+    """``(2, context_length)`` token ids of the two prompt templates: a buffer that is not saved."""
+
     def __init__(self, backbone, *, n_ctx: int = N_CTX, depth: int = DEPTH, t: int = T_CTX, seed: int = 0,
                  image_ln_post: bool = False, upsample: str = "prob"):
         super().__init__()
@@ -210,6 +213,9 @@ def _build(cfg, backbone) -> PromptLearner:
 
 class AnomalyCLIP(Method):
     """Inference with learned prompts (text embeddings computed once, at construction)."""
+
+    text: torch.Tensor
+    """``(2, E)`` unit text embeddings (normal, anomalous) of the learned prompts: a buffer."""
 
     def __init__(self, backbone, learner: PromptLearner, *, clip_norm: bool = True, dpam: bool = True):
         super().__init__()

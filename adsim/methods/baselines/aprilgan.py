@@ -58,6 +58,9 @@ class LinearMaps(nn.Module):
     fixed unit text embeddings (normal, anomalous) as a buffer that is not saved (rebuilt from the run's
     prompts)."""
 
+    text: torch.Tensor
+    """``(2, E)`` unit text embeddings (normal, anomalous): a buffer that is not saved."""
+
     def __init__(self, width: int, embed_dim: int, text: torch.Tensor, *, stages: int = 4, seed: int = 0):
         super().__init__()
         for name, v in (("width", width), ("embed_dim", embed_dim), ("stages", stages)):

@@ -48,6 +48,7 @@ import math
 import torch
 from torch import nn
 
+from adsim.config.run import train_domains_of
 from adsim.config.run import validate as validate_config
 from adsim.methods.baselines.aprilgan import visual_tokens
 from adsim.methods.baselines.common import TEMPERATURE, load_checked, positive_int, project
@@ -154,7 +155,7 @@ def mao_loss(cfg, protos: Prototypes, out: dict, batch: dict) -> tuple:
 def build_prototypes(cfg, backbone) -> Prototypes:
     """The trainable module of a run: one global and one local prototype pair per training domain and stage."""
     spec = backbone.spec
-    return Prototypes(len(validate_config(cfg).train_domains), len(spec.adapter_layers), spec.embed_dim,
+    return Prototypes(len(train_domains_of(validate_config(cfg))), len(spec.adapter_layers), spec.embed_dim,
                       seed=cfg.seed)
 
 

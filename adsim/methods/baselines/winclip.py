@@ -107,6 +107,9 @@ def soft_min(z: torch.Tensor, dim: int = 0) -> torch.Tensor:
 class WinCLIP(Method):
     """Zero-shot WinCLIP on a frozen open_clip backbone (see the module docstring)."""
 
+    text: torch.Tensor
+    """``(2, E)`` unit text embeddings (normal, anomalous) of the prompt ensemble: a buffer."""
+
     def __init__(self, backbone, *, scales=(2, 3), temperature: float = TEMPERATURE, image_score: str = "cls+max",
                  object: str = "object", clip_norm: bool = True,  # noqa: A002 -- the paper's word
                  smooth_sigma: float = 0.0):
