@@ -147,26 +147,28 @@ def test_private_import_check_sees_relative_imports_and_attributes(tmp_path):
                                                  "probe.py: fb._simulated"]
 
 
-def _help_seconds(args):
-    code = ("import sys, time, runpy; t = time.perf_counter()\n"
+HEAVY = ("torch", "jax", "open_clip", "sklearn", "pandas", "matplotlib", "submitit")
+
+
+def _help_modules(args):
+    """The heavy libraries (:data:`HEAVY`) that ``python -m adsim ARGS`` has loaded when it exits."""
+    code = ("import sys, runpy\n"
             "sys.argv = ['adsim', *" + repr(list(args)) + "]\n"
             "try:\n    runpy.run_module('adsim', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print('SECONDS', time.perf_counter() - t, file=sys.stderr)\n"
-            "print('TORCH', 'torch' in sys.modules, file=sys.stderr)\n")
+            "print('LOADED', *[m for m in " + repr(HEAVY) + " if m in sys.modules], file=sys.stderr)\n")
     out = _run(sys.executable, "-c", code)
-    lines = dict(line.split(" ", 1) for line in out.stderr.splitlines() if line.startswith(("SECONDS", "TORCH")))
     assert "usage:" in out.stdout, out.stdout + out.stderr
-    return float(lines["SECONDS"]), lines["TORCH"] == "True"
+    (line,) = [line for line in out.stderr.splitlines() if line.startswith("LOADED")]
+    return line.split()[1:]
 
 
 @pytest.mark.parametrize("command", ["make-toy-bmad", "train", "eval", "predict", "table", "protocol", "sweep",
                                      "figures"])
 def test_cli_help_answers_without_loading_torch(command):
-    """``python -m adsim COMMAND --help`` imports neither torch nor poolsim's JAX code; the time is the
-    import and parser cost alone (a few ms; the 1 s bound leaves room for a loaded CI machine)."""
-    seconds, torch_loaded = _help_seconds([command, "--help"])
-    assert not torch_loaded
-    assert seconds < 1.0
+    """``python -m adsim COMMAND --help`` loads none of the heavy libraries (torch, JAX, open_clip,
+    scikit-learn, pandas, matplotlib, submitit): its cost is the parsers' (start-up time is a benchmark
+    matter, not a timed test)."""
+    assert _help_modules([command, "--help"]) == []
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = dict(Ks=(5, 9, 12), n=40, every=3, radius=2.5, gamma=0.5, jitter=0.2)
 
 
+@pytest.mark.slow
 def test_new_seed_count_does_not_recompile():
     # Two seed counts above SMALL_CHUNK share one compiled shape per program; default chunk 1024.
     spec, _ = experiments.spec("domain_addition", **SMALL)

@@ -71,6 +71,7 @@ def test_roundtrip_and_change_of_variables(flow, rng):
     np.testing.assert_allclose(np.asarray(flow.log_prob(x)), expected, atol=1e-8)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(radius=st.floats(0.2, 4.0), seed=st.integers(0, 2**32 - 1))
 def test_lipschitz_bound_dominates_empirical_ratio(flow, radius, seed):

@@ -50,6 +50,7 @@ def test_map_engine_simulates_the_experiments_model(paper_cells, law, name, K):
         assert abs(mine - theirs) < 4 * math.hypot(se_mine, se_theirs), (s, mine, theirs)
 
 
+@pytest.mark.slow
 def test_paper_points_agree_with_the_committed_verdicts(paper_cells):
     # The committed figures decide "matching has the lowest eps" at these points (verdicts.csv:
     # asymptotic, K=50, and domain_addition, K=30); the map's engine must decide the pooling

@@ -32,6 +32,7 @@ def test_thm2_all_three_unbiased_under_symmetry():
         assert np.all(np.abs(e.mean) < K_SE * e.se), (name, e)
 
 
+@pytest.mark.slow
 def test_thm2_check_has_power_skewed_matching_is_biased():
     """Negative control for the test above: same code, skewed mean-preserving D_mu (E mu = 0).
     Pooling stays unbiased (E[mean] = E mu = 0), matching from c0 = mu* moves towards the mode

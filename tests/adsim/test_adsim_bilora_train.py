@@ -85,6 +85,7 @@ def _final_head(run, checkpoint="last"):
     return Detector.from_run(run, checkpoint=checkpoint, device="cpu").method.head
 
 
+@pytest.mark.slow
 def test_each_phase_sees_one_domain_and_trains_only_its_cores(reference):
     run, spy = reference
     head = _final_head(run)
@@ -108,6 +109,7 @@ def test_each_phase_sees_one_domain_and_trains_only_its_cores(reference):
     assert read_json(run / "config.json")["schedule"] == "sequential"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [(1, 0), (1, 1)], ids=["at-domain-boundary", "inside-a-domain"])
 def test_resume_mid_sequence_ends_in_the_uninterrupted_state(reference, toy_root, tmp_path, monkeypatch, stop):
     """Killed at the first step of (domain, epoch) ``stop``; ``--resume`` then continues from the last
@@ -134,6 +136,7 @@ def test_resume_mid_sequence_ends_in_the_uninterrupted_state(reference, toy_root
     assert len(adam) == len(ref_adam) and all(torch.equal(a, b) for x, y in zip(adam, ref_adam) for a, b in zip(x, y))
 
 
+@pytest.mark.slow
 def test_eval_and_predict_rebuild_the_run_from_its_folder(reference, toy_root, tmp_path):
     run, _ = reference
     last = load_torch(run / "checkpoint_last.pt")["head"]
@@ -360,6 +363,7 @@ def eager_run(toy_root, tmp_path_factory):
     return _api_run(toy_root, tmp_path_factory.mktemp("eager") / "run", None)
 
 
+@pytest.mark.slow
 def test_the_compiled_step_is_rebuilt_per_domain_and_trains_like_eager(eager_run, toy_root, tmp_path, monkeypatch):
     """Graph capture + AOTAutograd (``aot_eager``) of a minimal sequential trainer: a fresh pair of compiled
     regions per domain (the trained parameters change), the eager run's weights within the compile tests'

@@ -134,6 +134,7 @@ def test_sweep_as_jobs_on_two_workers_writes_the_sequential_csvs(tmp_path):
         assert len(list((tmp_path / "jobs" / config / "jobs" / "logs").glob("*_log.out"))) == 2  # one per cell
 
 
+@pytest.mark.slow
 def test_a_failing_cell_is_reported_with_its_log(tmp_path):
     # every job of the grid raises (its source cannot be built): each is submitted 1 + retries times,
     # then reported with the last line of its error and its log file, and no CSV row is invented
@@ -203,6 +204,7 @@ def test_a_second_driver_is_refused_or_waits(tmp_path, capsys):
     assert (out / "protocol.csv").exists()
 
 
+@pytest.mark.slow
 def test_a_driver_killed_by_sigkill_resumes_and_a_partial_cell_is_not_merged(sequential_protocol, tmp_path):
     out = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}

@@ -33,7 +33,8 @@ from adsim.methods import catalog  # noqa: E402
 from adsim.model.head import deferred_finite_checks, trunk_tokens  # noqa: E402
 from adsim.training import compiled_step  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
+# slow: dynamo traces each method's whole step (10-30 s of CPU per case on the CI machine)
+pytestmark = [pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning"), pytest.mark.slow]
 
 GATE = "Skip calling `torch.compiler.disable()`d function"
 EXPECTED = {("clean", ()): (6, GATE), ("paper", ()): (6, GATE), ("clean", ("slerp",)): (6, GATE),

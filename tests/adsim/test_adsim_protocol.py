@@ -30,6 +30,7 @@ def quick_run(tmp_path_factory):
     return out, argv
 
 
+@pytest.mark.slow
 def test_quick_protocol_csvs_are_well_formed(quick_run):
     out, _ = quick_run
     proto, da = pd.read_csv(out / "protocol.csv"), pd.read_csv(out / "da.csv")
@@ -126,6 +127,7 @@ def test_bad_input_one_line_error_no_csv(tmp_path, capsys, extra, msg):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_real_path_on_toy_bmad(toy_root, tmp_path, capsys):
     data = tmp_path / "bmad"
     for d in ("Brain", "Liver", "Chest"):
@@ -159,6 +161,7 @@ def _params_of(out):
     return sim.SimParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()})
 
 
+@pytest.mark.slow
 def test_figures_and_table(quick_run, tmp_path):
     out, _ = quick_run
     figs = tmp_path / "figs"
@@ -187,6 +190,7 @@ def test_figures_and_table(quick_run, tmp_path):
     assert main(["figures", "--from", str(tmp_path), "--out", str(figs)]) == 2
 
 
+@pytest.mark.slow
 def test_sweep_one_parameter(tmp_path):
     base = sim.validate(sim.SimParams(n_train=4, n_test=6, n_layers=1))
     st = protocol.Settings(data="simulated", sim=base._asdict(), epochs=1, batch_size=16, lr=3e-3)

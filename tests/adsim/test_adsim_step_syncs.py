@@ -116,8 +116,11 @@ def _count(tiny, recipe, over, n_steps):
     return counter.n, counter.names
 
 
-@pytest.mark.parametrize("recipe,over,expected", CASES, ids=[f"{r}-{'-'.join(o.values()) or 'recipe'}"
-                                                              for r, o, _ in CASES])
+@pytest.mark.parametrize("recipe,over,expected",
+                         # the exact gate with slerp replays every step under the counting mode: ~30 s of CPU
+                         [pytest.param(*c, marks=pytest.mark.slow) if c[:2] == ("clean", {"update": "slerp"}) else c
+                          for c in CASES],
+                         ids=[f"{r}-{'-'.join(o.values()) or 'recipe'}" for r, o, _ in CASES])
 def test_host_syncs_per_training_step(tiny, recipe, over, expected):
     n3, names3 = _count(tiny, recipe, over, 3)
     n1, names1 = _count(tiny, recipe, over, 1)
