@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     shared_cache = tempfile.mkdtemp(prefix="advise-cache-")
     first = None
-    print(f"| run | seeds | wall s | load |\n|---|---|---|---|")
+    print("| run | seeds | wall s | load |\n|---|---|---|---|")
     for _ in range(args.repeat):
         for workers in (0, args.workers):
             cache = shared_cache if args.warm_cache else tempfile.mkdtemp(prefix="advise-cache-")
