@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 from pathlib import Path
+from typing import Any, TypedDict
 
 from adsim.cli import cluster as cluster_cli
 from adsim.config import protocol as protocol_choices
@@ -17,9 +18,17 @@ from adsim.data.simparams import SimParams
 # Training per protocol step, simulated data: chosen once on the NAIVE method's fit to its *training*
 # domains (loss plateau, training-domain AUC in the range of the paper's real AUCs), never on a target
 # or on a comparison of methods. --quick: one seed, fewer images and passes.
-SIM_TRAINING = {"epochs": 3, "batch_size": 32, "lr": 3e-3}
+class _Training(TypedDict):
+    """Training settings of one protocol step: passes over the data, batch size, learning rate."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+
+
+SIM_TRAINING: _Training = {"epochs": 3, "batch_size": 32, "lr": 3e-3}
 QUICK = {"seeds": 1, "epochs": 2, "n_train": 16, "n_test": 24}
-REAL_TRAINING = {"epochs": 1, "batch_size": 8, "lr": 1e-4}  # lr of the reference set-up
+REAL_TRAINING: _Training = {"epochs": 1, "batch_size": 8, "lr": 1e-4}  # lr of the reference set-up
 
 
 def add_parsers(sub) -> None:
@@ -74,7 +83,7 @@ def sim_params(pairs, quick: bool) -> SimParams:
     """``["shared=0.3", ...]`` -> validated :class:`SimParams` (quick sizes first, then the overrides)."""
     from adsim.data import sim  # torch: loaded when a command runs, not for --help
 
-    over = {k: QUICK[k] for k in ("n_train", "n_test")} if quick else {}
+    over: dict[str, Any] = {k: QUICK[k] for k in ("n_train", "n_test")} if quick else {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or name not in SimParams._fields:
@@ -119,7 +128,7 @@ def main(args) -> str:
         if len(args.src) == 1:
             written = make_figures(args.src[0], args.out, sweep_dir=args.sweep)
             return f"wrote {len(written)} files to {args.out}: {', '.join(p.name for p in written)}"
-        runs = {}
+        runs: dict[str, str] = {}
         for src in args.src:
             rec = read_json(Path(src, "protocol.json")) if Path(src, "protocol.json").is_file() else {}
             name = (rec.get("recipe") or {}).get("name", Path(src).name)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -172,7 +172,9 @@ def run_cell(source, settings: Settings, target, method, order, mode, seed, task
             batches = source.train_batches(doms, settings.batch_size, _seed(seed, t_idx, step, epoch))
             train_epoch(cfg, head, opt, scaler, batches, lambda x: source.forward(head, x), source.grid, cpu, None)
 
-    rows, variance, state = [], [], None
+    rows: list[dict] = []
+    variance: dict[str, list] = {}  # the last step's: {"channels": [...], "gains": [...]}
+    state = None
     for step in range(1, len(domains) + 1):
         last = step == len(domains)
         key = (target, method, seed, frozenset(domains[:step]))
@@ -180,7 +182,7 @@ def run_cell(source, settings: Settings, target, method, order, mode, seed, task
             state = next_domain(state or new_head(), step)
             fit(state, [domains[step - 1]], step)
             res = _evaluate(source, state[0], target, tasks, settings.batch_size, cfg.scoring)
-            var = {"channels": [], "gains": []}
+            var: dict[str, list] = {"channels": [], "gains": []}
         elif mode == "cumulative" and key in memo:
             res, var = memo[key]
         else:
@@ -194,8 +196,9 @@ def run_cell(source, settings: Settings, target, method, order, mode, seed, task
                 memo[key] = (res, var)
         rows += [{"task": t, "step": step, "added": domains[step - 1], "auc": res[t]} for t in tasks]
         variance = var
-    out = {"rows": rows, "variance": variance["channels"], "vaca_gains": variance["gains"], "order_domains": domains}
+    out: dict[str, Any] = {"rows": rows, "variance": variance["channels"], "vaca_gains": variance["gains"], "order_domains": domains}
     if continual == "bilora":  # measured near-orthogonality of the domains' updates (all adapter weights)
+        assert state is not None  # set by the loop's first step
         cos = bilora.update_cosines(state[0])
         pairs = cos[:, *torch.triu_indices(len(domains), len(domains), 1)].abs()
         out["bilora_update_cosine"] = {"max_abs": float(pairs.nan_to_num(0.0).max()),
@@ -278,7 +281,7 @@ def check_request(domains, masked, targets, methods, orders, mode, tasks, seeds)
             raise ValueError(f"unknown {name} {bad[0]!r}; must be one of {allowed}")
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
-    by_target = {}
+    by_target: dict[str, tuple[str, ...]] = {}
     for t in targets:
         if tasks is None:  # default: AC everywhere, AS where masks exist
             by_target[t] = ("AC", "AS") if t in masked else ("AC",)
@@ -352,7 +355,8 @@ def _copy_of(out: Path, rep: str, t, o, mode, s) -> dict:
 
 def _run_here(out, source_for_seed, settings, todo, shared, mode, by_target, progress) -> tuple:
     """The cells of ``todo`` one after another in this process; returns ``(computed, pending=[])``."""
-    source, seed_of_source, memo, computed, last_write = None, None, {}, [], time.monotonic()
+    source, seed_of_source, computed, last_write = None, None, [], time.monotonic()
+    memo: dict = {}  # run_cell's cumulative steps of the current seed
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: more threads only add contention on a shared CPU
     try:
@@ -403,7 +407,7 @@ def compute_cell(out, source_for_seed, settings: Settings, cell: tuple, mode: st
 def _run_jobs(out, source_for_seed, settings, todo, shared, mode, by_target, progress, resources) -> tuple:
     """The cells of ``todo`` as scheduler jobs; then the copies and ``similarity.csv`` in this process.
     Returns ``(computed, pending)``; cells still failing after the retries -> :class:`poolsim.cluster.GridFailed`."""
-    names = {_cell_name(*c[:3], mode, c[3]): c for c in todo}
+    names = {_cell_name(c[0], c[1], c[2], mode, c[3]): c for c in todo}
     jobs = [cluster.Job(name[:-len(".json")], compute_cell,
                         (str(out), source_for_seed, settings, c, mode, by_target[c[0]]))
             for name, c in names.items() if shared[c[1]] == c[1]]

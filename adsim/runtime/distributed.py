@@ -104,8 +104,8 @@ def local_batch_size(batch_size: int, w: World) -> int:
 
 def sampler(dataset, seed: int, epoch: int, w: World) -> torch.utils.data.DistributedSampler:
     """This rank's share of the epoch-``epoch`` permutation (see the module docstring)."""
-    s = torch.utils.data.DistributedSampler(dataset, num_replicas=w.size, rank=w.rank, shuffle=True,
-                                            seed=seed, drop_last=True)
+    s: torch.utils.data.DistributedSampler[int] = torch.utils.data.DistributedSampler(
+        dataset, num_replicas=w.size, rank=w.rank, shuffle=True, seed=seed, drop_last=True)
     s.set_epoch(epoch)
     return s
 
@@ -230,13 +230,15 @@ def gather_objects(obj) -> list:
 def gather_arrays(out: dict | None, n: int) -> dict:
     """Inverse of :func:`shard`: ``out`` is this rank's dict of NumPy arrays (first axis = item; a value
     may be ``None``), or ``None`` for an empty share (fewer items than ranks). Every rank gets the arrays
-    of all ``n`` items in the original order."""
+    of all ``n`` items in the original order. No item at all (``n = 0``, one process) -> ``ValueError``."""
     if world().size == 1:
+        if out is None:  # one process holds every item: its share is empty only when there is none
+            raise ValueError(f"gather_arrays: no items to gather (n = {n}), at least one is needed")
         return out
     parts = gather_objects(out)
     w = world()
     ref = parts[0]  # rank 0's share is never empty when n >= 1
-    full = {}
+    full: dict[str, np.ndarray | None] = {}
     for key, first in ref.items():
         if first is None:
             full[key] = None

@@ -60,6 +60,7 @@ may change it.
 from __future__ import annotations
 
 import warnings
+from typing import Protocol, cast
 
 import torch
 
@@ -126,8 +127,9 @@ def post_trunk_loss(cfg, head, backbone, tokens, batch, grid: int, amp=None, los
     :func:`adsim.model.objective.total_loss` (= :func:`adsim.model.objective.objective`), or with
     ``loss_fn(cfg, head, feats, batch) -> (loss, parts)`` that loss on the features instead."""
     if loss_fn is None:
-        *terms, ok = features_region(cfg, head, backbone, tokens, batch, grid, amp)
-        return (*total_loss(cfg, *terms, batch, grid), ok)
+        seg_logits, image_logits, var, intra, inter, keep, ok = features_region(cfg, head, backbone, tokens, batch,
+                                                                                 grid, amp)
+        return (*total_loss(cfg, seg_logits, image_logits, var, intra, inter, keep, batch, grid), ok)
     with torch.autocast(tokens.device.type, dtype=amp or torch.float32, enabled=amp is not None):
         mids = adapter_bottlenecks(backbone, head, tokens)
     feats = features_from_bottlenecks(head, *mids, check=False)
@@ -146,6 +148,15 @@ def _first_line(err: BaseException) -> str:
         err = inner
     first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), "")
     return f"{type(err).__name__}: {first}"[:300]
+
+
+class _LossStep(Protocol):
+    """What :func:`compiled_loss` returns: ``step(cfg, head, tokens, batch) -> (loss, parts)`` with its
+    compiled regions as ``step.regions``."""
+
+    regions: _Regions
+
+    def __call__(self, cfg, head, tokens, batch) -> tuple: ...
 
 
 class _Regions:
@@ -240,8 +251,9 @@ def compiled_loss(cfg, head, backbone, grid: int, amp=None, *, mode: str = "defa
             loss, parts, ok = regions.call(first_c, first, tokens, batch)
         check_finite(ok)
         return loss, parts
-    step.regions = regions
-    return step
+    compiled = cast(_LossStep, step)  # a function takes attributes: the step carries its regions
+    compiled.regions = regions
+    return compiled
 
 
 def compiled_trainer(cfg, trainer, module, backbone, *, mode: str = "default", backend=None,

@@ -212,6 +212,14 @@ def test_sharded_scores_are_reassembled_in_order(monkeypatch, n, size):
     assert full["maps"] is None and full["scores"].tolist() == [10.0 * i for i in items]
 
 
+def test_gathering_no_item_on_one_process_is_a_clear_error():
+    """One process holds every item, so an empty share means there are none: a ValueError naming it,
+    not ``None`` in place of the dict of arrays."""
+    assert distributed.world().size == 1
+    with pytest.raises(ValueError, match=r"no items to gather \(n = 0\)"):
+        distributed.gather_arrays(None, 0)
+
+
 class _FakeDetector:
     """Scores sample ``i`` as ``i``-dependent noise (fixed seed), maps (8, 8); batches of 2."""
 

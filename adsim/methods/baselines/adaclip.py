@@ -105,6 +105,9 @@ class HybridPrompts(nn.Module):
     prompts). ``kmeans``: the clustering of hybrid semantic fusion (:data:`KMEANS_BACKENDS`; the recipe field
     of the same name), a setting, not saved state."""
 
+    tokens: torch.Tensor
+    """``(S, T)`` the tokenised prompt sentences, normal first: a buffer that is not saved."""
+
     def __init__(self, backbone, texts: dict, *, length: int = LENGTH, depth: int = DEPTH, seed: int = 0,
                  kmeans: str = "sklearn"):
         super().__init__()

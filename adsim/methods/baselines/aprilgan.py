@@ -38,6 +38,8 @@ classification-only domains contribute no loss (they have no such images).
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from torch import nn
 
@@ -91,7 +93,14 @@ def visual_tokens(backbone, images: torch.Tensor) -> tuple:
     return img, tokens
 
 
-def stage_features(maps: LinearMaps, tokens) -> list:
+class _StageMaps(Protocol):
+    """What :func:`stage_features` reads: ``fc[l]: nn.Linear(W, E)`` per stage (:class:`LinearMaps`, and
+    AdaCLIP's prompts, which project their patch tokens the same way)."""
+
+    fc: nn.ModuleList
+
+
+def stage_features(maps: _StageMaps, tokens) -> list:
     """Raw patch tokens ``[L x (B, N, W)]`` -> ``[L x (B, N, E)]`` unit features, stage ``l`` through ``fc[l]``."""
     if len(tokens) != len(maps.fc):
         raise ValueError(f"tokens must hold one tensor per stage ({len(maps.fc)}), got {len(tokens)}")

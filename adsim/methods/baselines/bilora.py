@@ -119,6 +119,19 @@ class BilinearDelta(nn.Module):
     (t, r)``) loads into this layout. A state without supports (written before they were saved) keeps
     the supports drawn for this module and sets ``supports_rederived``."""
 
+    basis_rows: torch.Tensor
+    """``C_m (m, m)``: the DCT basis of the rows (buffer)."""
+    basis_cols: torch.Tensor
+    """``C_n (n, n)``: the DCT basis of the columns (buffer)."""
+    support_rows: torch.Tensor
+    """``(T, r)`` int64: ``P_t`` per domain slot (buffer)."""
+    support_cols: torch.Tensor
+    """``(T, r)`` int64: ``Q_t`` per domain slot (buffer)."""
+    bank: torch.Tensor
+    """``(T, r, r)``: the finished domains' cores (buffer)."""
+    started: torch.Tensor
+    """int64 scalar: how many domains have started (buffer)."""
+
     def __init__(self, m: int, n: int, rank: int, capacity: int = 0):
         super().__init__()
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
