@@ -298,3 +298,35 @@ def test_plot_and_summary_render_from_the_committed_csv():
     assert len(figure.axes) >= 12
     import matplotlib.pyplot as plt
     plt.close(figure)
+
+
+def test_thm1_limit_iterates_only_moving_cells_with_the_same_numbers(monkeypatch):
+    # limit_eps skips cells whose last step was exactly zero; the reference below iterates every
+    # cell until the largest step is below 1e-10 (the fixed-point iteration of
+    # theory.match_limit on the same quadrature draws): the results must be identical, bit for bit.
+    from poolsim.figures import phase as fig
+
+    monkeypatch.setattr(fig, "QUAD", 3000)
+    cfg = dict(shares=np.array([0.0, 0.1, 0.3]), shifts=np.array([0.0, 1.0, 2.5, 4.0]), tau=1.2)
+    n, sigma, gamma = 50, 0.8, 0.5
+    rng = np.random.default_rng(0)
+    z, u, e, es = (rng.standard_normal((3000, 2)), rng.random(3000), rng.standard_normal((3000, 2)),
+                   rng.standard_normal((3000, 2)))
+    p, a = cfg["shares"][:, None, None], cfg["shifts"][None, :, None]
+    shift = (u < p) * a
+    x0 = gamma * z[:, 0] + shift + sigma / math.sqrt(n) * e[:, 0]
+    x1 = np.broadcast_to(gamma * z[:, 1] + sigma / math.sqrt(n) * e[:, 1], x0.shape)
+    c0 = np.median(gamma * z[:, 0] + shift + sigma * es[:, 0], axis=-1)
+    c1 = np.broadcast_to(np.median(gamma * z[:, 1] + sigma * es[:, 1]), c0.shape)
+    for _ in range(200):
+        w = ((x0 - c0[..., None]) ** 2 + (x1 - c1[..., None]) ** 2) < 1.2 ** 2
+        tot = w.sum(-1)
+        n0 = np.where(tot > 0, (w * x0).sum(-1) / np.maximum(tot, 1), c0)
+        n1 = np.where(tot > 0, (w * x1).sum(-1) / np.maximum(tot, 1), c1)
+        moved = np.hypot(n0 - c0, n1 - c1).max()
+        c0, c1 = n0, n1
+        if moved < 1e-10:
+            break
+    got = fig.limit_eps(cfg, n)
+    np.testing.assert_array_equal(got[..., 0], np.hypot(c0, c1))
+    np.testing.assert_array_equal(got[..., 1], (p * a)[..., 0] * np.ones_like(c0))
