@@ -141,7 +141,9 @@ def _cell_frame(law: str, m: _phase.Moments, S: int) -> pd.DataFrame:
                 out[f"{key}_p"] = _verdict.p_value(est, lo, hi, S).ravel()
             # the best tau on the grid and the grid taus not significantly worse than it
             g = mean[..., grid_idx]  # (P, A, T)
-            best = np.argmin(g, axis=-1)
+            # the first grid tau (tau = inf first) within TIE of the minimum: identical
+            # estimators (tau = 3 matching every domain = pooling) differ only by float rounding
+            best = np.argmax(g <= g.min(axis=-1, keepdims=True) + TIE, axis=-1)
             i_best = np.asarray(grid_idx)[best]
             tau_best = grid_taus[best]
             ok = np.zeros(g.shape, bool)
