@@ -23,6 +23,7 @@ chosen and judged on the same draws.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -119,12 +120,18 @@ def fit(means: np.ndarray, n: int, sigma: float) -> dict:
 
 
 def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float | None = None,
-           seeds: int = 1000, progress=None) -> Advice:
+           seeds: int = 1000, progress=None, resources=None, jobs_dir=None) -> Advice:
     """Recommend pooling or matching (and tau) for ``X (K, N, d)`` domains, or for their
     ``means (K, d)`` with ``sizes (K,)`` and the within-domain ``sigma``. ``seeds`` Monte-Carlo
     seeds for choosing tau and as many fresh ones for the verdicts (>= 30 each). Takes ~10-30 s
     on a CPU (one compile of the map's program at the user's K, n). See the module docstring for
-    the fit and the check."""
+    the fit and the check.
+
+    ``resources`` (:class:`poolsim.cluster.Resources`, executor ``processes`` or ``slurm``) with
+    ``jobs_dir`` (a folder every job can reach): both simulations (choosing tau, then the verdicts on
+    fresh seeds) split their seeds into ``resources.max_concurrent`` scheduler jobs
+    (:func:`poolsim._phase.run_grid`); the same advice, bit for bit. Each job pays its own start and
+    compile, so this pays off only for many seeds (docs/cluster.md)."""
     from . import _phase  # JAX: imported on first use, so `import poolsim` stays light
 
     m, sz, sig = _inputs(X, means, sizes, sigma)
@@ -139,9 +146,15 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
     spec = _phase.GridSpec("contaminated", (K,), (n,), taus, sigma=sig, gamma=f["gamma"], d=d)
     p_grid = np.clip(f["p"] + np.array([-1.0, 0.0, 1.0]) / K, 0.0, 1.0)
     a_grid = f["alpha"] * np.array([0.75, 1.0, 1.25])
-    choose = _phase.run_grid(spec, p_grid, a_grid, seeds=seeds, progress=progress)
+
+    def jobs(step: str) -> dict:
+        if resources is None or resources.executor == "local":
+            return {}
+        return {"resources": resources, "jobs_dir": None if jobs_dir is None else Path(jobs_dir) / step}
+
+    choose = _phase.run_grid(spec, p_grid, a_grid, seeds=seeds, progress=progress, **jobs("choose"))
     check = _phase.run_grid(spec, p_grid, a_grid, seeds=np.arange(seeds, 2 * seeds),
-                            progress=progress)
+                            progress=progress, **jobs("check"))
 
     def at(mom, i, j):  # cell (i, j) of the single n and K
         return _phase.Moments(mom.sums[0, 0, i, j], mom.gram[0, 0, i, j], mom.n,

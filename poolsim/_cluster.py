@@ -288,10 +288,53 @@ def run_jobs(folder, jobs: list, res: Resources, *, done: Callable[[str], bool] 
     return Outcome(results, failed, [])
 
 
+def add_arguments(parser, *, unit: str = "cell"):
+    """Add ``--executor`` and the scheduler's resources to the argparse ``parser`` (one argument group,
+    returned, so that a command can add its own options to it). ``unit``: what one job runs, for the help
+    texts (``"cell"``, ``"seed block"``). :func:`resources_from_args` turns the parsed values into
+    :class:`Resources`; plain argparse, so that ``--help`` needs no scheduler."""
+    g = parser.add_argument_group("scheduler (pip install -e \".[cluster]\"; docs/cluster.md)")
+    g.add_argument("--executor", default="local",
+                   help=f"local (default: everything in this process, one {unit} after another), processes "
+                        f"(one process per {unit} on this machine, submitit's local executor) or slurm (one "
+                        f"Slurm job array, one {unit} per array task)")
+    g.add_argument("--max-concurrent", type=int, default=1, metavar="N", help=f"{unit}s running at once")
+    g.add_argument("--gpus-per-cell", type=int, default=0, metavar="N", help=f"GPUs of one {unit}")
+    g.add_argument("--cpus-per-cell", type=int, default=1, metavar="N", help="slurm: --cpus-per-task")
+    g.add_argument("--time-limit", type=int, default=24 * 60, metavar="MINUTES",
+                   help=f"per {unit}; at the limit a job checkpoints and is requeued (slurm)")
+    g.add_argument("--partition", default=None, help="slurm partition")
+    g.add_argument("--retries", type=int, default=2, metavar="N", help=f"resubmissions of a failed {unit}")
+    g.add_argument("--gpus", nargs="+", type=int, default=[], metavar="ID",
+                   help="processes: the GPU ids to hand out (default 0 .. max-concurrent x gpus-per-cell - 1)")
+    g.add_argument("--slurm-set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="further sbatch options, e.g. account=lab qos=high constraint=a100")
+    g.add_argument("--setup", nargs="+", default=[], metavar="LINE",
+                   help="shell lines each job runs first, e.g. 'source .venv/bin/activate'")
+    return g
+
+
+def resources_from_args(args) -> Resources:
+    """The checked :class:`Resources` of ``args`` parsed with the options of :func:`add_arguments`
+    (``args.submit_only``, if the command has it, too). ``ValueError`` names a bad option."""
+    slurm = {}
+    for pair in args.slurm_set:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--slurm-set expects KEY=VALUE, got {pair!r}")
+        slurm[key.replace("-", "_")] = value
+    res = Resources(executor=args.executor, max_concurrent=args.max_concurrent, gpus_per_cell=args.gpus_per_cell,
+                    cpus_per_cell=args.cpus_per_cell, time_min=args.time_limit, partition=args.partition,
+                    retries=args.retries, gpus=tuple(args.gpus), slurm=slurm, setup=tuple(args.setup),
+                    submit_only=getattr(args, "submit_only", False),
+                    poll_s=30.0 if args.executor == "slurm" else 1.0)
+    return check_resources(res)
+
+
 def failure_report(failed: list) -> str:
     """One line per failed job: ``name: reason (log: path)``."""
     return "\n".join(f"{name}: {why} (log: {log})" for name, log, why in failed)
 
 
-__all__ = ["EXECUTORS", "CellJob", "GridFailed", "Job", "Outcome", "Resources", "check_resources", "failure_report",
-           "make_executor", "require_submitit", "run_jobs"]
+__all__ = ["EXECUTORS", "CellJob", "GridFailed", "Job", "Outcome", "Resources", "add_arguments", "check_resources",
+           "failure_report", "make_executor", "require_submitit", "resources_from_args", "run_jobs"]

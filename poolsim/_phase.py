@@ -40,7 +40,9 @@ Per cell and K the compared values are: eps of pooling, of subsampling, of match
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
+import pickle
 from typing import Callable, NamedTuple
 
 import jax
@@ -402,13 +404,20 @@ def run_grid(spec: GridSpec, shares, shifts, *, seeds: int | np.ndarray, chunk: 
         raise ValueError(f"chunk must be a positive integer, got {chunk}")
     if resources is not None and resources.executor != "local" and jobs_dir is None:
         raise ValueError("jobs_dir: give a folder for the jobs' logs (shared by every node under slurm)")
+    if resources is not None and resources.submit_only:
+        raise ValueError("submit_only: the decision map waits for its seed blocks (their sums are its result)")
     if resources is not None and resources.executor != "local":
         # seed blocks as scheduler jobs; each returns its chunks' parts, summed below in seed order
         n_chunks = -(-len(seeds) // chunk)
         per = chunk * -(-n_chunks // resources.max_concurrent)
         x64 = bool(jax.config.jax_enable_x64)
-        jobs = [_cluster.Job(f"seeds_{i}", _job_parts, (x64, spec, shares, shifts, seeds[i:i + per], chunk))
-                for i in range(0, len(seeds), per)]
+        jobs = []
+        for i in range(0, len(seeds), per):
+            args = (x64, spec, shares, shifts, seeds[i:i + per], chunk)
+            # the name carries a digest of the job's arguments: a Slurm job of another grid recorded in
+            # jobs_dir (a killed driver's) is never attached to as if it were this one
+            digest = hashlib.sha256(pickle.dumps(args)).hexdigest()[:12]
+            jobs.append(_cluster.Job(f"seeds_{i}_{digest}", _job_parts, args))
         outcome = _cluster.run_jobs(jobs_dir, jobs, resources, progress=False, desc="decision map seed blocks")
         if outcome.failed:
             raise _cluster.GridFailed(outcome.failed)

@@ -15,7 +15,7 @@ import math
 from typing import Any, NamedTuple
 
 import numpy as np
-from scipy import optimize, stats
+import scipy  # its submodules load on first use (scipy.stats alone is ~1 s of import)
 
 from . import _checks, _core
 from .metadist import MetaDist
@@ -171,21 +171,21 @@ def _law_1d(md: MetaDist, extra_var: float):
     p = md.params
     if md.name == "symmetric_gaussian":
         s = math.sqrt(p["gamma"] ** 2 + extra_var)
-        return [(1.0, stats.norm(0.0, s), True)] if s > 0 else None
+        return [(1.0, scipy.stats.norm(0.0, s), True)] if s > 0 else None
     if md.name == "contaminated":
         s = math.sqrt(p["gamma"] ** 2 + extra_var)
         if s == 0:
             return None
-        comps = [(1.0 - p["p"], stats.norm(0.0, s), True), (p["p"], stats.norm(p["alpha"], s), True)]
+        comps = [(1.0 - p["p"], scipy.stats.norm(0.0, s), True), (p["p"], scipy.stats.norm(p["alpha"], s), True)]
         return [c for c in comps if c[0] > 0]
     if md.name == "skewed":
         s = math.sqrt(p["gamma"] ** 2 + extra_var)
         if s == 0:
             return None
         if p["scale"] == 0:
-            return [(1.0, stats.norm(0.0, s), True)]
+            return [(1.0, scipy.stats.norm(0.0, s), True)]
         # gamma z + scale (E - 1): a normal plus an exponential of mean `scale`, shifted by -scale
-        return [(1.0, stats.exponnorm(p["scale"] / s, loc=-p["scale"], scale=s), False)]
+        return [(1.0, scipy.stats.exponnorm(p["scale"] / s, loc=-p["scale"], scale=s), False)]
     return None
 
 
@@ -203,7 +203,7 @@ def _truncated_moments(law, a: float, b: float):
             continue
         if normal:
             loc, s = dist.mean(), dist.std()
-            mu, var = (float(v) for v in stats.truncnorm.stats((a - loc) / s, (b - loc) / s,
+            mu, var = (float(v) for v in scipy.stats.truncnorm.stats((a - loc) / s, (b - loc) / s,
                                                                 loc=loc, scale=s, moments="mv"))
             e1, e2 = mu, var + mu * mu
         else:
@@ -218,7 +218,7 @@ def _truncated_moments(law, a: float, b: float):
 def _median_1d(law) -> float:
     lo = min(d.ppf(1e-12) for _, d, _ in law)
     hi = max(d.ppf(1 - 1e-12) for _, d, _ in law)
-    return float(optimize.brentq(lambda y: sum(w * d.cdf(y) for w, d, _ in law) - 0.5, lo, hi,
+    return float(scipy.optimize.brentq(lambda y: sum(w * d.cdf(y) for w, d, _ in law) - 0.5, lo, hi,
                                  xtol=1e-14))
 
 
@@ -323,10 +323,10 @@ def match_limit(metadist: MetaDist, *, sigma: float, tau: float, metric: str = "
         s2 = md.params["gamma"] ** 2 + extra
         if s2 > 0:
             a = tau * tau / s2
-            mass = float(stats.chi2.cdf(a, d))
+            mass = float(scipy.stats.chi2.cdf(a, d))
             if mass <= 0:
                 _empty(tau, md.mu_star)
-            var = s2 * float(stats.chi2.cdf(a, d + 2)) / mass
+            var = s2 * float(scipy.stats.chi2.cdf(a, d + 2)) / mass
             return MatchLimit(md.mu_star.copy(), (var + within) * np.eye(d), mass, 1, True, "exact")
 
     xbar, samples = _gate_draws(md, key, n_quad, extra, sigma)
@@ -360,7 +360,7 @@ def ball_mass(metadist: MetaDist, tau: float, *, center: Any = None, sigma: floa
     c = md.mu_star if center is None else np.asarray(center, dtype=float)
     lam = float(np.sum((md.mu_star - c) ** 2)) / s2
     a = float(tau) ** 2 / s2
-    return float(stats.chi2.cdf(a, md.d) if lam == 0 else stats.ncx2.cdf(a, md.d, lam))
+    return float(scipy.stats.chi2.cdf(a, md.d) if lam == 0 else scipy.stats.ncx2.cdf(a, md.d, lam))
 
 
 # ----------------------------------------------------------------------------- Corollary "optimal tau"

@@ -169,6 +169,7 @@ def test_cli_help_answers_without_loading_torch(command):
     assert seconds < 1.0
 
 
+@pytest.mark.slow
 def test_import_adsim_is_lazy():
     out = _run(sys.executable, "-c", "import sys, adsim; print('torch' in sys.modules, 'jax' in sys.modules)")
     assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr
@@ -176,6 +177,7 @@ def test_import_adsim_is_lazy():
     assert out.stdout.split() == ["True"], out.stdout + out.stderr  # the probe can see torch being loaded
 
 
+@pytest.mark.slow
 def test_legacy_paths_forward_with_a_deprecation_warning():
     code = ("import warnings\nwarnings.simplefilter('error', DeprecationWarning)\n"
             "try:\n    import adsim.train\nexcept DeprecationWarning as w:\n    print('WARNED', w)\n"

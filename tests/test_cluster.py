@@ -32,6 +32,30 @@ def test_decision_map_seed_blocks_as_jobs_are_bit_identical(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     with pytest.raises(ValueError, match="jobs_dir"):
         _phase.run_grid(spec, *args, seeds=4, resources=res)
+    with pytest.raises(ValueError, match="submit_only"):
+        _phase.run_grid(spec, *args, seeds=4, resources=res._replace(executor="slurm", submit_only=True),
+                        jobs_dir=tmp_path / "jobs")
+
+
+def test_decision_map_job_names_are_stable_and_differ_between_grids(tmp_path, monkeypatch):
+    """A re-run finds its own Slurm jobs by name (same grid, same names); another grid in the same folder
+    (other taus, other seeds) never takes them for its own (different names). A block with the very same
+    arguments would get the same name: its result is the same."""
+    seen = []
+
+    def capture(folder, jobs, res, **kw):
+        seen.append([j.name for j in jobs])
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(cluster, "run_jobs", capture)
+    spec = _phase.GridSpec("contaminated", (5, 10), (50,), (0.5, 1.0))
+    res = cluster.Resources(executor="slurm", max_concurrent=2)
+    for s, taus, seeds in ((spec, None, 40), (spec, None, 40), (spec, (0.5, 2.0), 40), (spec, None, np.arange(40, 80))):
+        with pytest.raises(RuntimeError, match="captured"):
+            _phase.run_grid(s._replace(taus=taus or s.taus), [0.1, 0.3], [1.0, 4.0], seeds=seeds, chunk=8,
+                            resources=res, jobs_dir=tmp_path)
+    assert seen[0] == seen[1] and len(seen[0]) == 2
+    assert not set(seen[0]) & set(seen[2]) and not set(seen[0]) & set(seen[3])
 
 
 def test_failed_jobs_are_reported_with_their_logs(tmp_path):
@@ -43,3 +67,86 @@ def test_failed_jobs_are_reported_with_their_logs(tmp_path):
     assert name == "bad" and why == "ValueError: math domain error"
     assert "math domain error" in Path(log).read_text()
     assert len(list((tmp_path / "logs").glob("*_log.out"))) == 1 + 2  # ok once, bad twice (one retry)
+
+
+@pytest.mark.slow
+def test_phase_figure_with_executor_processes_writes_the_local_files(tmp_path, monkeypatch):
+    """``python -m poolsim.figures --only phase --quick`` with seed blocks as jobs (2 workers): every file byte
+    for byte the local run's. ``--quick`` (3 seeds, one chunk) makes one job per law, so the figure's path is
+    what is tested here; several blocks per grid are summed in the tests above and below."""
+    from poolsim.figures import __main__ as cli
+
+    monkeypatch.setenv("XLA_FLAGS", "")  # main() sets the compile flag; keep it to this test
+    base = ["--only", "phase", "--quick", "--format", "png"]
+    assert cli.main([*base, "--out", str(tmp_path / "local")]) == 0
+    jobs = tmp_path / "jobs"
+    assert cli.main([*base, "--out", str(tmp_path / "proc"), "--executor", "processes", "--max-concurrent", "2",
+                     "--jobs-dir", str(jobs)]) == 0
+    assert sorted(p.relative_to(jobs).parts[0] for p in jobs.glob("*/logs/*_log.out")) == [
+        "contaminated", "outlier_schedule"]
+    names = sorted(p.name for p in (tmp_path / "local").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "proc").iterdir())
+    assert {"phase.csv", "phase.png", "summary.md", "verdicts.csv"} <= set(names)
+    for name in names:
+        assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "proc" / name).read_bytes(), name
+
+
+def test_figures_executor_needs_a_figure_that_takes_jobs(tmp_path, capsys):
+    from poolsim.figures import __main__ as cli
+
+    assert cli.main(["--only", "asymptotic", "--out", str(tmp_path), "--executor", "processes"]) == 1
+    assert "none of the figures made (asymptotic) runs seed blocks as jobs; those that do: phase" in \
+        capsys.readouterr().err
+    assert cli.main(["--only", "phase", "--out", str(tmp_path), "--executor", "sge"]) == 1
+    assert "--executor must be one of" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_advise_as_jobs_gives_the_same_advice(tmp_path):
+    """``poolsim.advise`` with its two simulations as jobs (2 workers): the same :class:`poolsim.Advice`, every
+    field bit for bit, as in this process."""
+    import poolsim
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(8, 20, 2))
+    X[:2] += 4.0  # two outlying domains: p and alpha are fitted away from zero
+    here = poolsim.advise(X, seeds=40)
+    res = cluster.Resources(executor="processes", max_concurrent=2, poll_s=0.2)
+    jobs = poolsim.advise(X, seeds=40, resources=res, jobs_dir=tmp_path / "jobs")
+    assert here._fields == jobs._fields
+    for field, a, b in zip(here._fields, here, jobs):
+        np.testing.assert_equal(b, a, err_msg=field)
+    logs = sorted(p.relative_to(tmp_path / "jobs").parts[0] for p in (tmp_path / "jobs").glob("*/logs/*_log.out"))
+    assert logs == ["check", "check", "choose", "choose"]  # 40 seeds = 3 chunks -> 2 blocks per simulation
+
+
+def test_cluster_flags_parse_into_checked_resources():
+    import argparse
+
+    p = argparse.ArgumentParser()
+    cluster.add_arguments(p, unit="seed block")
+    res = cluster.resources_from_args(p.parse_args([
+        "--executor", "slurm", "--max-concurrent", "4", "--gpus-per-cell", "1", "--partition", "gpu",
+        "--slurm-set", "account=lab", "mail-type=END", "--setup", "module load cuda"]))
+    assert res == cluster.Resources(executor="slurm", max_concurrent=4, gpus_per_cell=1, partition="gpu",
+                                    slurm={"account": "lab", "mail_type": "END"}, setup=("module load cuda",),
+                                    poll_s=30.0)
+    assert cluster.resources_from_args(p.parse_args([])) == cluster.Resources()
+    with pytest.raises(ValueError, match="--slurm-set expects KEY=VALUE"):
+        cluster.resources_from_args(p.parse_args(["--slurm-set", "account"]))
+    with pytest.raises(ValueError, match="--max-concurrent must be an integer >= 1"):
+        cluster.resources_from_args(p.parse_args(["--max-concurrent", "0"]))
+
+
+def test_figures_default_jobs_folder_is_git_ignored():
+    """A failed figure run keeps ``OUT/.figures-jobs`` (its logs): nothing there is offered for a commit."""
+    import subprocess
+
+    from poolsim.figures import __main__ as cli
+
+    r = subprocess.run(["git", "check-ignore", "-q", f"figures/{cli.JOBS_DIR}/contaminated/logs/1_0_log.out"],
+                       cwd=ROOT, capture_output=True)
+    if r.returncode == 128:
+        pytest.skip("not a git checkout")
+    assert r.returncode == 0

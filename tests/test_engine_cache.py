@@ -2,6 +2,7 @@
 cache in ``poolsim.cache_dir("jax")`` (every test uses a temporary POOLSIM_CACHE_DIR)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -102,30 +103,50 @@ def _programs(cache):
     return sorted(p.name for p in (cache / "jax").iterdir() if "batch" in p.name)
 
 
+@pytest.fixture(scope="module")
+def first_process(tmp_path_factory):
+    """``(cache folder, child result, snapshot)`` of one process that compiled everything into an empty
+    cache; each test below restores the folder from the snapshot, at the same path (JAX's key holds
+    XLA options derived from the cache folder's path, so a copy elsewhere would miss): one cold compile
+    for the file instead of one per test."""
+    root = tmp_path_factory.mktemp("jax_cache")
+    cache, snapshot = root / "cache", root / "snapshot"
+    result = _child(cache)
+    shutil.copytree(cache, snapshot)
+    return cache, result, snapshot
+
+
+def _restored(first_process):
+    cache, result, snapshot = first_process
+    shutil.rmtree(cache)
+    shutil.copytree(snapshot, cache)
+    return cache, result
+
+
 @pytest.mark.slow
-def test_second_process_is_served_from_the_cache(tmp_path):
-    first = _child(tmp_path)
-    assert first["dir"] == str(tmp_path / "jax") and first["warnings"] == []
-    files = _programs(tmp_path)
+def test_second_process_is_served_from_the_cache(first_process):
+    cache, first = _restored(first_process)
+    assert first["dir"] == str(cache / "jax") and first["warnings"] == []
+    files = _programs(cache)
     # 2 paths x (draws, estimates): every engine program written, the materialised one too
     assert len([f for f in files if f.startswith("jit__draw_batch")]) == 2, files
     assert len([f for f in files if f.startswith("jit__batch")]) == 2, files
-    second = _child(tmp_path, seeds=300)  # another seed count: the same programs
-    assert second["hits"] >= 4 and _programs(tmp_path) == files
+    second = _child(cache, seeds=300)  # another seed count: the same programs
+    assert second["hits"] >= 4 and _programs(cache) == files
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("change", ["shape", "x64", "xla_flags", "jaxlib"])
-def test_cache_key_changes_give_a_recompile(tmp_path, change):
+def test_cache_key_changes_give_a_recompile(first_process, change):
     # JAX keys entries by the program (shapes, dtypes), jaxlib version, backend and its version,
     # XLA flags, compile options and devices; each change here must miss and write new entries.
-    _child(tmp_path)
-    before = set(_programs(tmp_path))
+    cache, _ = _restored(first_process)
+    before = set(_programs(cache))
     env = {"x64": {"JAX_ENABLE_X64": "1"},
            "xla_flags": {"XLA_FLAGS": "--xla_backend_optimization_level=1"},
            "jaxlib": {"FAKE_JAXLIB": "0.0.0+poolsim.test"}}.get(change, {})
-    got = _child(tmp_path, seeds=20 if change == "shape" else 100, **env)  # 20: SMALL_CHUNK shape
-    new = set(_programs(tmp_path)) - before
+    got = _child(cache, seeds=20 if change == "shape" else 100, **env)  # 20: SMALL_CHUNK shape
+    new = set(_programs(cache)) - before
     assert len([f for f in new if f.startswith("jit__batch")]) == 2, (change, sorted(new))
     assert got["hits"] == 0 or change == "shape", got  # only the shape change keeps other hits
 

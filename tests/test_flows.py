@@ -44,6 +44,7 @@ def _in_ball(rng, n, d, radius, center=None):
     return pts if center is None else pts + center
 
 
+@pytest.mark.slow
 def test_fit_reports_heldout_nll_and_kl(flow, data):
     xt = data[flow.heldout]
     assert flow.n_train + len(flow.heldout) == len(data) and len(flow.heldout) == 200
@@ -57,6 +58,7 @@ def test_fit_reports_heldout_nll_and_kl(flow, data):
     assert kl < 0.15  # achieved fit (nats); measured 0.03-0.05 for this set-up
 
 
+@pytest.mark.slow
 def test_roundtrip_and_change_of_variables(flow, rng):
     z = rng.normal(size=(50, 2))
     x = np.asarray(flow.forward(z))
@@ -84,6 +86,7 @@ def test_lipschitz_bound_dominates_empirical_ratio(flow, radius, seed):
     assert ratio.max() <= flow.lipschitz_bound(radius)
 
 
+@pytest.mark.slow
 def test_layer_bounds_dominate_exact_layer_jacobians(flow, rng):
     radius = 2.5
     lb = flows._layers(flow.model(), flow.config.n_layers)

@@ -35,6 +35,7 @@ def test_deep_profile_runs_fifty_times_the_examples():
         settings.load_profile(before)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lo,hi", [(0.0, 2.0), (-5.0, 5.0)])
 def test_finite_floats_domain(lo, hi):
     # default: zero is drawn, subnormals never

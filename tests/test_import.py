@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]  # run where `poolsim` is importable from source
 
 
@@ -14,6 +16,7 @@ def _modules_after(code: str) -> list:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_import_poolsim_does_not_import_torch():
     mods = _modules_after("import poolsim, poolsim.metadist")
     assert "poolsim" in mods and "poolsim._core" in mods  # the probe sees what was imported

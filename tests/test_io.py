@@ -33,6 +33,7 @@ def holder(tmp_path):
         proc.stdout.close()
 
 
+@pytest.mark.slow
 def test_second_writer_is_refused_naming_the_holder(tmp_path, holder):
     with pytest.raises(poolsim.FolderBusyError) as err:
         with poolsim.folder_lock(tmp_path):
@@ -41,6 +42,7 @@ def test_second_writer_is_refused_naming_the_holder(tmp_path, holder):
     assert f"pid {holder.pid}" in str(err.value) and "--wait" in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path, holder):
     holder.send_signal(signal.SIGKILL)
     holder.wait()
@@ -49,6 +51,7 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path, holder):
         assert (tmp_path / ".lock").read_text().startswith(f"pid {os.getpid()} ")
 
 
+@pytest.mark.slow
 def test_wait_blocks_until_the_holder_is_done(tmp_path, holder):
     killer = subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep(1.0); os.kill({holder.pid}, 9)"])
     try:

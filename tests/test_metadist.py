@@ -88,6 +88,7 @@ def test_skewed_is_mean_preserving_but_skewed():
     assert metadist.skewed(0.0, d=2).symmetric
 
 
+@pytest.mark.slow
 def test_balanced_exact_mean_pairs_and_marginal():
     mu = np.array([0.3, -1.0])
     md = metadist.balanced(1.2, d=2, mu_star=mu)
@@ -107,6 +108,7 @@ def test_balanced_exact_mean_pairs_and_marginal():
     _assert_moments(plus, mu, 1.44 * np.eye(2))
 
 
+@pytest.mark.slow
 def test_outlier_schedule_positions_and_radius():
     mu = np.array([1.0, 0.0, -1.0])
     md = metadist.outlier_schedule(every=3, radius=2.5, d=3, gamma=0.5, mu_star=mu)

@@ -133,6 +133,7 @@ def test_matches_loop_reference(rng, level, metric):
     assert res.n_iter == n_iter
 
 
+@pytest.mark.slow
 def test_backends_agree(rng):
     mu = np.array([[3.0, 0.0], [0.0, 3.0]])
     X = mu[np.arange(6) % 2][:, None, :] + 0.7 * rng.normal(size=(6, 15, 2))

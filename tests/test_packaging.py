@@ -45,6 +45,7 @@ def built(tmp_path_factory):
     return sdist, wheel
 
 
+@pytest.mark.slow
 def test_wheel_and_sdist_hold_the_package_data(built):
     sdist, wheel = built
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -26,6 +26,7 @@ def test_quick_start_is_the_two_commands_and_ci_runs_the_second():
     assert INSTALL_TEST in (ROOT / ".ci" / "run").read_text()
 
 
+@pytest.mark.slow
 def test_python_example_runs():
     (code,) = [b for b in _blocks("python") if "import poolsim" in b]
     namespace = {}

@@ -89,6 +89,7 @@ def test_strategy_matches_reference(strategy, metric, level, backend, ragged):
     np.testing.assert_allclose(_host(res.mean), expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_match_and_pool_trace_under_jit():
     # Two combinations (each jit compile costs ~1 s); eager results of all combinations are
     # checked against the reference above, here only that tracing gives the same numbers.

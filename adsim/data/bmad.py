@@ -6,12 +6,12 @@ Bad layouts raise ``ValueError`` naming the path: a missing folder, an empty spl
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import torch
-from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
 from PIL import Image
 
 from adsim.data import medical
@@ -75,8 +75,18 @@ def require_both_classes(samples: list, what: str) -> None:
                          "AUC needs both normal and anomalous images")
 
 
-_MEAN = torch.tensor(OPENAI_DATASET_MEAN).view(3, 1, 1)
-_STD = torch.tensor(OPENAI_DATASET_STD).view(3, 1, 1)
+@functools.cache
+def _clip_mean_std() -> tuple:
+    """CLIP's image normalisation ``(mean (3, 1, 1), std (3, 1, 1))`` from open_clip, loaded on first use
+    (importing open_clip loads torchvision and timm: seconds that code without images need not pay)."""
+    from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
+
+    return torch.tensor(OPENAI_DATASET_MEAN).view(3, 1, 1), torch.tensor(OPENAI_DATASET_STD).view(3, 1, 1)
+
+
+def _normalise(x: torch.Tensor) -> torch.Tensor:
+    mean, std = _clip_mean_std()
+    return (x - mean) / std
 
 
 def preprocess(image: Image.Image, size: int, *, clip_norm: bool = True) -> torch.Tensor:
@@ -85,7 +95,7 @@ def preprocess(image: Image.Image, size: int, *, clip_norm: bool = True) -> torc
     accepted (mismatched sizes are resized, as in training)."""
     img = image.convert("RGB").resize((size, size), Image.BICUBIC)
     x = torch.from_numpy(np.asarray(img, dtype=np.float32) / 255.0).permute(2, 0, 1)
-    return (x - _MEAN) / _STD if clip_norm else x
+    return _normalise(x) if clip_norm else x
 
 
 def preprocess_array(pixels: np.ndarray, size: int, *, clip_norm: bool = True) -> torch.Tensor:
@@ -97,7 +107,7 @@ def preprocess_array(pixels: np.ndarray, size: int, *, clip_norm: bool = True) -
     resized = [np.asarray(Image.fromarray(np.ascontiguousarray(c)).resize((size, size), Image.BICUBIC),
                           dtype=np.float32) for c in channels]
     x = torch.from_numpy(np.clip(np.stack(resized * 3 if len(resized) == 1 else resized), 0.0, 1.0))
-    return (x - _MEAN) / _STD if clip_norm else x
+    return _normalise(x) if clip_norm else x
 
 
 # what reading a file that is not a readable image raises (adsim.data.medical.UnreadableInput is a
@@ -124,7 +134,10 @@ def read_image(src, size: int, *, clip_norm: bool = True) -> torch.Tensor:
 
 def unnormalise(x: torch.Tensor, *, clip_norm: bool = True) -> torch.Tensor:
     """Inverse of :func:`preprocess`'s normalisation: ``(..., 3, S, S)`` -> RGB in ``[0, 1]``."""
-    return (x.cpu() * _STD + _MEAN).clamp(0, 1) if clip_norm else x.cpu().clamp(0, 1)
+    if not clip_norm:
+        return x.cpu().clamp(0, 1)
+    mean, std = _clip_mean_std()
+    return (x.cpu() * std + mean).clamp(0, 1)
 
 
 class ImageDataset(torch.utils.data.Dataset):

@@ -23,8 +23,9 @@ from poolsim import cluster, folder_lock
 
 def sweep(out, base: sim.SimParams, settings: protocol.Settings, *, methods=("naive", "match-geodesic-vaca"),
           orders=("hardest",), seeds: int = 1, grid=sim.SWEEP, progress: bool = True,
-          resources: cluster.Resources | None = None, wait: bool = False) -> pd.DataFrame:
-    """Run (or resume) the sweep; returns the ``sweep.csv`` table. ``resources`` / ``wait``: as
+          resources: cluster.Resources | None = None, wait: bool = False, targets=None) -> pd.DataFrame:
+    """Run (or resume) the sweep; returns the ``sweep.csv`` table. ``targets``: the held-out domains of
+    every configuration (default: all of them, as :func:`adsim.experiments.protocol.run`). ``resources`` / ``wait``: as
     :func:`adsim.experiments.protocol.run`, per configuration (its cells run as jobs, one configuration
     after another); ``OUT`` itself is locked for the sweep. With ``submit_only`` the table holds the
     configurations already finished."""
@@ -40,8 +41,8 @@ def sweep(out, base: sim.SimParams, settings: protocol.Settings, *, methods=("na
                 params = sim.validate(base._replace(**{name: value}))
                 folder = out / ("default" if params == sim.validate(base) else f"{name}={value}")
                 st = settings._replace(sim=params._asdict())
-                done = protocol.run(folder, functools.partial(sources.simulated, params), st, methods=methods,
-                                    orders=orders, seeds=seeds, progress=progress, resources=resources, wait=wait)
+                done = protocol.run(folder, functools.partial(sources.simulated, params), st, targets=targets,
+                                    methods=methods, orders=orders, seeds=seeds, progress=progress, resources=resources, wait=wait)
                 if done["pending"]:
                     continue
                 da = pd.read_csv(folder / "da.csv")

@@ -22,7 +22,6 @@ import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
-import open_clip
 import torch
 
 from adsim.config.choices import BACKBONES, TINY
@@ -91,6 +90,8 @@ def _open_clip_quietly():
 
 
 def _register_tiny() -> None:
+    import open_clip  # on first use: it loads torchvision and timm (seconds), which only a backbone needs
+
     if TINY not in open_clip.list_models():
         open_clip.add_model_config(_CONFIG_DIR / f"{TINY}.json")
 
@@ -123,6 +124,8 @@ def build_backbone(name: str = "ViT-L-14-336", *, image_size: int | None = None,
     if name not in BACKBONES:
         raise ValueError(f"backbone must be one of {tuple(BACKBONES)}, got {name!r}")
     _register_tiny()
+    import open_clip
+
     cfg_name, default_size = BACKBONES[name]
     size = default_size if image_size is None else image_size
     patch = open_clip.get_model_config(cfg_name)["vision_cfg"]["patch_size"]
@@ -243,6 +246,8 @@ def read_checkpoint(path) -> dict:
 
 def _load_state(model: torch.nn.Module, state: dict, path, name: str) -> None:
     """Strict load of ``state`` into the open_clip ``model`` (position embeddings resized to its grid)."""
+    import open_clip
+
     state = dict(state)
     open_clip.model.resize_pos_embed(state, model)
     if "logit_scale" in state and state["logit_scale"].ndim != model.logit_scale.ndim:

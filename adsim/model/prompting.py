@@ -16,7 +16,6 @@ embedding dimension.
 from __future__ import annotations
 
 import torch
-from open_clip.transformer import text_global_pool
 from torch import nn
 
 from adsim.model.backbone import run_blocks
@@ -114,6 +113,8 @@ def encode_text_deep(backbone, tokens: torch.Tensor, *, embeds: torch.Tensor | N
             x = torch.cat([x[:, :1], d, x[:, 1 + d.shape[1]:]], dim=1)
         x = block(x, attn_mask=mask) if batch_first else block(x.transpose(0, 1), attn_mask=mask).transpose(0, 1)
     x = model.ln_final(x)
+    from open_clip.transformer import text_global_pool  # the backbone loaded open_clip already
+
     x = text_global_pool(x, tokens, model.text_pool_type, eos_token_id=getattr(model, "text_eos_id", None))
     if isinstance(model.text_projection, nn.Linear):
         x = model.text_projection(x)

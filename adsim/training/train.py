@@ -15,7 +15,6 @@ import random
 from pathlib import Path
 
 import numpy as np
-import open_clip
 import torch
 from tqdm.auto import tqdm
 
@@ -139,6 +138,8 @@ def _seed_everything(seed: int) -> None:
 
 
 def _config_record(cfg: TrainConfig, backbone, prompts) -> dict:
+    import open_clip  # loaded already with the backbone
+
     return {"config": cfg._asdict(), "recipe": recipes.as_dict(recipe_of(cfg)), "backbone_spec": backbone.spec._asdict(),
             "backbone_fingerprint": fingerprint(backbone.model), "prompts": prompts,
             "versions": {"torch": torch.__version__, "open_clip": open_clip.__version__},

@@ -20,6 +20,10 @@ Seeds: ``--seeds`` (default :data:`DEFAULT_SEEDS`) per experiment; the costly fi
 (``baselines``, ``flow_bridge``, ``multimodal``: their ``MAX_SEEDS``). ``--paper-seeds`` runs the
 paper's 10 seeds -- then every verdict is "inconclusive" (fewer than 30 seeds).
 
+``--executor processes|slurm`` (and the scheduler's resources, :func:`poolsim.cluster.add_arguments`)
+runs the seeds of the figures that accept it (the decision map, ``phase``) as scheduler jobs, logs under
+``--jobs-dir``; the CSVs are the same bytes as with the default ``--executor local`` (docs/cluster.md).
+
 Compilation dominates the engine figures' time at small seed counts, so unless ``XLA_FLAGS``
 already sets it this CLI compiles with ``--xla_backend_optimization_level=0`` and compiles the
 distinct simulations in parallel threads; the figures that share no engine simulation
@@ -28,6 +32,7 @@ distinct simulations in parallel threads; the figures that share no engine simul
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import shutil
 import sys
@@ -36,12 +41,14 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .. import _cluster
 from .._io import file_mode
 
 FORMATS = ("png", "pdf", "svg")
 DEFAULT_SEEDS = 1000
 PAPER_SEEDS = 10
 TMP_PREFIX = ".figures-tmp-"  # git-ignored (.gitignore), so a killed run leaves nothing to commit
+JOBS_DIR = ".figures-jobs"  # default --jobs-dir under --out, git-ignored too
 _OPT = "--xla_backend_optimization_level"
 
 
@@ -79,7 +86,17 @@ def _parser(names) -> argparse.ArgumentParser:
                    help="at most 3 seeds (a smoke run; the numbers are then noisy)")
     p.add_argument("--format", default="png,pdf",
                    help=f"comma-separated image formats among {', '.join(FORMATS)} (default: png,pdf)")
+    g = _cluster.add_arguments(p, unit="seed block")
+    g.add_argument("--jobs-dir", type=Path, default=None,
+                   help=f"the jobs' logs, a folder every node sees (default: OUT/{JOBS_DIR}, removed after a "
+                        "run that succeeded); --executor applies to the figures whose seeds run as jobs "
+                        "(the decision map, phase; docs/cluster.md)")
     return p
+
+
+def _takes_jobs(mod) -> bool:
+    """Whether the figure module ``mod``'s ``compute`` accepts ``resources`` (runs its seeds as scheduler jobs)."""
+    return "resources" in inspect.signature(mod.compute).parameters
 
 
 def _optional(names) -> list:
@@ -110,9 +127,11 @@ def _configure_xla() -> None:
 
 
 def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper: bool,
-          keep: bool | None = None) -> None:
+          keep: bool | None = None, resources=None, jobs_dir: Path | None = None) -> None:
     """``keep`` (default: ``only``): keep the other figures' verdict rows and sections already in
-    ``out`` (the default run keeps the optional figures' ones)."""
+    ``out`` (the default run keeps the optional figures' ones). ``resources``
+    (:class:`poolsim.cluster.Resources`): the figures that take it run their seeds as scheduler jobs,
+    logs under ``jobs_dir``."""
     keep = only if keep is None else keep
     import matplotlib
 
@@ -140,7 +159,8 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
                     raise RuntimeError(f"{name}: stopped (the figure run failed elsewhere)")
                 bar.update(n)
 
-            return mod.compute(seeds=seeds, quick=quick, progress=progress)
+            jobs = {"resources": resources, "jobs_dir": jobs_dir} if resources is not None and _takes_jobs(mod) else {}
+            return mod.compute(seeds=seeds, quick=quick, progress=progress, **jobs)
 
     # Figures that share no engine simulation (no SIMULATIONS: flow fits, the multimodal loop) are
     # computed in one background thread from the start, while this thread runs the engine
@@ -295,7 +315,7 @@ def _holm_lines(table) -> list:
 
 
 def main(argv=None) -> int:
-    from . import available
+    from . import available, load
 
     names_all = available()
     args = _parser(names_all).parse_args(argv)
@@ -311,13 +331,22 @@ def main(argv=None) -> int:
         if not formats or any(f not in FORMATS for f in formats):
             raise ValueError(f"--format must be a comma-separated subset of {', '.join(FORMATS)}, "
                              f"got {args.format!r}")
+        res = _cluster.resources_from_args(args)
+        if res.executor != "local" and not any(_takes_jobs(load(n)) for n in names):
+            raise ValueError(f"--executor {res.executor}: none of the figures made ({', '.join(names)}) runs "
+                             f"seed blocks as jobs; those that do: "
+                             f"{', '.join(n for n in names_all if _takes_jobs(load(n)))}")
         out = _check_out(args.out)
         _configure_xla()
         seeds = PAPER_SEEDS if args.paper_seeds else args.seeds
+        jobs_dir = (args.jobs_dir or out / JOBS_DIR).expanduser().resolve()
         _make(names, out, seeds, args.quick, list(dict.fromkeys(formats)), bool(args.only),
               seeds == PAPER_SEEDS and not args.quick,  # --seeds 10 is the paper's picture too
-              keep=bool(args.only) or len(names) < len(names_all))
-    except (ValueError, OSError) as exc:
+              keep=bool(args.only) or len(names) < len(names_all),
+              resources=None if res.executor == "local" else res, jobs_dir=jobs_dir)
+        if res.executor != "local" and args.jobs_dir is None:
+            shutil.rmtree(jobs_dir, ignore_errors=True)  # kept after a failure: the error names its logs
+    except (ValueError, OSError, _cluster.GridFailed) as exc:
         return _fail(str(exc))
     print(f"wrote {len(names)} figure(s), verdicts.csv and summary.md to {out}", file=sys.stderr)
     return 0

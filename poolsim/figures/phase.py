@@ -29,6 +29,7 @@ theory overlays ``thm1_limit_eps_match``, ``thm1_limit_eps_pool``,
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -243,12 +244,16 @@ def _adjust(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def compute(*, seeds: int, quick: bool, progress=None) -> pd.DataFrame:
+def compute(*, seeds: int, quick: bool, progress=None, resources=None, jobs_dir=None) -> pd.DataFrame:
+    """The map's table. ``resources`` / ``jobs_dir``: each law's seeds as scheduler jobs
+    (:func:`poolsim._phase.run_grid`; logs under ``jobs_dir/<law>``), the same numbers as without."""
     S = _data.n_seeds(seeds, quick)
     parts = []
     for law, cfg in LAWS.items():
+        jobs = {} if resources is None else {"resources": resources,
+                                             "jobs_dir": None if jobs_dir is None else Path(jobs_dir) / law}
         m = _phase.run_grid(spec(law), cfg["shares"], cfg["shifts"], seeds=S,
-                            progress=progress)
+                            progress=progress, **jobs)
         parts.append(_cell_frame(law, m, S))
     df = _adjust(pd.concat(parts, ignore_index=True))
     # 5 decimals for the statistics (decided at full precision above; intervals are ~1e-2 wide),

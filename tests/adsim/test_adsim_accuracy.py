@@ -198,6 +198,7 @@ def interpreted(tmp_path_factory, triton_interpreter):
     return {name: gate_triton.Decisions(*o["decisions"]) for name, o in zip(CASES, out)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", SLERP_ALPHAS)
 def test_kernel_slerp_against_mpmath(interpreted, alpha):
     """The chords kernel's own slerp of ``c = e_0`` towards each feature (``c_out``) lies at angle
@@ -240,6 +241,7 @@ def test_kernel_slerp_against_mpmath(interpreted, alpha):
     assert "slerp" in branches
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ("chords", "dots"))
 @pytest.mark.parametrize("d", D_GATE)
 @pytest.mark.parametrize("tau", GATE_TAUS)

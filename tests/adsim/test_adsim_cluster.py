@@ -28,7 +28,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeig
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--sim", "n_train=6", "n_test=8", "n_layers=2", "--epochs", "1", "--batch-size", "16"]
 # 2 seeds x 2 methods, one target and order: 4 cells (similarity.csv gets two seeds, variance.csv VACA's);
-# every job pays a fresh interpreter's torch import (~10 s CPU), so the grids here are small
+# every job pays a fresh interpreter's torch import (~8 s CPU), so the grids here are small
 PROTO = ["protocol", "--simulate", "--quick", "--seeds", "2", "--targets", "Brain", "--methods", "naive",
          "match-geodesic-vaca", "--orders", "hardest", "--no-progress", *SMALL]
 ONE = ["protocol", "--simulate", "--quick", "--targets", "Chest", "--methods", "naive", "--orders", "hardest",
@@ -110,6 +110,28 @@ def test_table_as_jobs_a_killed_worker_is_retried_and_resumes(toy_root, tmp_path
     history = json.loads((run / "history.json").read_text())["history"]
     assert [h["epoch"] for h in history] == [0, 1, 2, 3]
     _same_bytes(ref, out, ["table.csv"])
+
+
+@pytest.mark.slow
+def test_sweep_as_jobs_on_two_workers_writes_the_sequential_csvs(tmp_path):
+    """Two configurations (the default ``shared`` and one other), one method, two targets: 4 cells as jobs on 2
+    workers; ``sweep.csv`` and every configuration's CSVs are the sequential sweep's bytes."""
+    from adsim.experiments.sweep import sweep
+
+    base = sim.validate(sim.SimParams(n_train=4, n_test=6, n_layers=1))
+    st = protocol.Settings(data="simulated", sim=base._asdict(), epochs=1, batch_size=16, lr=3e-3)
+    grid = {"shared": (0.0, base.shared)}
+    targets = ("Brain", "Chest")
+    seq = sweep(tmp_path / "seq", base, st, methods=("naive",), grid=grid, progress=False, targets=targets)
+    jobs = sweep(tmp_path / "jobs", base, st, methods=("naive",), grid=grid, progress=False, targets=targets,
+                 resources=cluster.Resources(executor="processes", max_concurrent=2, poll_s=0.2))
+    assert len(seq) == len(jobs) == 2 * 3  # per configuration: Brain (tasks AC and AS), Chest (AC)
+    _same_bytes(tmp_path / "seq", tmp_path / "jobs", ["sweep.csv"])
+    for config in ("default", "shared=0.0"):
+        csvs = sorted(p.name for p in (tmp_path / "seq" / config).glob("*.csv"))
+        assert "protocol.csv" in csvs and csvs == sorted(p.name for p in (tmp_path / "jobs" / config).glob("*.csv"))
+        _same_bytes(tmp_path / "seq" / config, tmp_path / "jobs" / config, csvs)
+        assert len(list((tmp_path / "jobs" / config / "jobs" / "logs").glob("*_log.out"))) == 2  # one per cell
 
 
 def test_a_failing_cell_is_reported_with_its_log(tmp_path):

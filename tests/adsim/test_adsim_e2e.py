@@ -21,6 +21,7 @@ def no_brain(toy_root, tmp_path_factory):
     return dst
 
 
+@pytest.mark.slow
 def test_train_eval_metrics_json(toy_root, no_brain, tmp_path):
     run = tmp_path / "run"
     assert main(["train", "--data", str(no_brain), "--target", "Brain", "--out", str(run), "--epochs", "1", *TINY]) == 0
@@ -56,6 +57,7 @@ def _heads_equal(a, b):
     return sa, sb
 
 
+@pytest.mark.slow
 def test_resume_loses_no_epoch_and_matches_uninterrupted(toy_root, tmp_path):
     common = ["--data", str(toy_root), "--target", "Liver", "--train-domains", "Chest", "Histopathology", *TINY]
     a, b = tmp_path / "a", tmp_path / "b"
@@ -71,6 +73,7 @@ def test_resume_loses_no_epoch_and_matches_uninterrupted(toy_root, tmp_path):
     assert main(["train", *common, "--out", str(b), "--epochs", "3", "--resume", "--metric", "l2"]) == 2
 
 
+@pytest.mark.slow
 def test_selection_modes(toy_root, tmp_path):
     common = ["--data", str(toy_root), "--target", "Brain", "--train-domains", "Liver", "Chest", *TINY]
     held = tmp_path / "held"

@@ -170,6 +170,7 @@ def test_one_shot_uses_within_image_statistics(method, images):
     assert fs.k == 1 and "k=1" in fs.info["normal_stats"] and fs.info["sd_f"] > 0
 
 
+@pytest.mark.slow
 def test_eval_cli_few_shot_records_the_shots_and_never_scores_them(toy_root, tmp_path, capsys):
     root = tmp_path / "bmad"
     shutil.copytree(toy_root, root)

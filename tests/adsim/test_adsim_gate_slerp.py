@@ -60,6 +60,7 @@ def test_slerp_same_decisions_and_centroids_as_the_literal_loop(metric, case, al
     assert 0 < fast.acc_pos.sum() < fast.acc_pos.numel() and fast.acc_neg.sum() > 0
 
 
+@pytest.mark.slow
 def test_slerp_fixed_radius_and_other_alpha_follow_the_loop():
     args = _inputs(2)
     for kw in (dict(tau=1.2), dict(alpha=0.8)):

@@ -270,6 +270,7 @@ def test_predict_on_real_scans_gives_finite_scores_an_overlay_each_and_volume_ro
     assert [r["kind"] for r in frames] == ["frame"] * 15 + ["volume"]
 
 
+@pytest.mark.slow
 def test_report_is_self_contained_escaped_and_counts_every_picture(real_run):
     d, out = real_run
     text = (out / "report.html").read_text()

@@ -118,6 +118,7 @@ def test_the_reference_recipes_turn_it_on():
     assert all(recipes.get(n).aug_rate == 0.0 for n in recipes.names() if n not in ("aprilgan", "adaclip"))
 
 
+@pytest.mark.slow
 def test_the_train_loop_draws_each_epochs_mosaics(toy_root, tmp_path, monkeypatch):
     seen = []
 

@@ -79,6 +79,7 @@ def _text_direction(data):
     return u / np.linalg.norm(u)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shared, kappa", [(0.5, 2.0), (0.3, 5.0)])
 def test_text_prior_alignment_statistics(shared, kappa):
     # cos(v_k, u) = sqrt(a_k) with a_k ~ Beta(kappa m, kappa (1 - m)) i.i.d. over modalities and seeds.

@@ -72,6 +72,7 @@ def test_table_grid_files_and_rerun_skips(toy_root, tmp_path, counted, capsys):
         table.run(out, toy_root, **{**GRID, "epochs": 2})
 
 
+@pytest.mark.slow
 def test_interrupted_table_resumes(toy_root, tmp_path, counted, monkeypatch):
     out = tmp_path / "table"
     grid = {**GRID, "targets": ["Chest"]}
@@ -106,6 +107,7 @@ def test_bad_requests(toy_root, tmp_path):
     assert not (tmp_path / "t" / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_recipe_selected_on_the_target_test_set_is_flagged(toy_root, tmp_path):
     out = tmp_path / "table"
     table.run(out, toy_root, methods=["authors"], targets=["Chest"], shots=[0], backbone="tiny", epochs=1,
@@ -117,6 +119,7 @@ def test_a_recipe_selected_on_the_target_test_set_is_flagged(toy_root, tmp_path)
     assert "paper-reported Ours AC" in pd.read_csv(out / "table.csv").columns
 
 
+@pytest.mark.slow
 def test_an_interrupted_training_resumes_from_its_checkpoint(toy_root, tmp_path, counted):
     """A run folder with a checkpoint but no trained.json (killed during training) continues at the first
     unfinished epoch instead of starting again."""

@@ -58,6 +58,7 @@ def test_a_second_writer_is_refused_naming_the_holder(toy_root, tmp_path, capsys
     assert not (out / "checkpoint_last.pt").exists() and not (out / "scores.csv").exists()
 
 
+@pytest.mark.slow
 def test_wait_waits_for_the_holder_and_a_dead_holder_does_not_block(toy_root, tmp_path):
     out = tmp_path / "out"
     with _holder(out, 3) as holder:
