@@ -127,76 +127,93 @@ def _check_grid(law, shares, shifts):
     return shares, shifts
 
 
+def _lower_median_pair(v):
+    """``(s[(K - 1) // 2], s[K // 2])`` of ``s = sort(v)`` along the last axis of ``v (..., K)``:
+    the two middle order statistics, exactly those values (``top_k`` of ``-v`` returns the
+    ``K // 2 + 1`` smallest in ascending order, and negation is exact). XLA's CPU sort calls its
+    comparator once per comparison; its ``top_k`` is a partial sort about 3x faster here."""
+    K = v.shape[-1]
+    low = -jax.lax.top_k(-v, K // 2 + 1)[0]
+    return low[..., (K - 1) // 2], low[..., K // 2]
+
+
 def _sorted_median(x):
     """Coordinate-wise median over axis -2 of ``x (..., K, d)`` (NumPy's convention)."""
-    K = x.shape[-2]
-    s = jnp.sort(x, axis=-2)
-    return 0.5 * (s[..., (K - 1) // 2, :] + s[..., K // 2, :])
+    a, b = _lower_median_pair(jnp.swapaxes(x, -1, -2))
+    return 0.5 * (a + b)
 
 
-def _match(xs, c0, tau, spec: GridSpec, stages=()):
-    """Domain-level L2 matching for a batch of rows: ``xs`` a tuple of d arrays ``(R, K)``, the
+SHRINK = 8  # each compaction stage of the matching keeps at most 1/SHRINK of the rows
+STAGES = 2  # compaction stages after the first pass over every row (each costs compile time)
+
+
+def _match(xs, c0, tau, spec: GridSpec, stages: int = STAGES):
+    """Domain-level L2 matching for a batch of rows: ``xs`` a tuple of d arrays ``(R0, K)``, the
     coordinates of the domain sample means (one array per coordinate, so every reduction runs over
-    the contiguous domain axis; every domain counts equally: equal n), ``c0 (R, d)``, ``tau (R,)``
-    -> ``(c (R, d), matched domains (R,))``. The iteration of :func:`poolsim._core.iterate_match`:
-    gate ``||xbar_k - c|| < tau`` (compared as squares), move to the mean of the gated domains,
-    stop at ``||c_next - c|| < tol``, or when nothing is gated (the previous centroid is kept), or
-    after ``max_iter`` trips.
+    the contiguous domain axis; every domain counts equally: equal n), ``c0 (R0, d)`` the starts,
+    ``tau (T, R0)`` one tau per row and start -> ``(c (T, R0, d), matched domains (T, R0))``. The
+    iteration of :func:`poolsim._core.iterate_match`: gate ``||xbar_k - c|| < tau`` (compared as
+    squares), move to the mean of the gated domains, stop at ``||c_next - c|| < tol``, or when
+    nothing is gated (the previous centroid is kept), or after ``max_iter`` trips.
 
-    Rows that have stopped are frozen by a select. ``stages`` (pairs ``(trips, divisor)``, none by
-    default): after ``trips`` trips, if at most ``R // divisor`` rows still iterate they are
-    gathered into a batch of that size, iterated to the end and scattered back. Most rows stop
-    within 3-5 trips and a few need up to ~20, but on the CPU the compaction did not pay for
-    itself here (same run time, twice the compile time; measured on the map's grid)."""
-    tau2 = tau * tau
+    Rows that have stopped are frozen by a select, so a row's result does not depend on the rows
+    iterated with it. Most rows stop within 2-5 trips and one in a thousand needs 10-20, so the
+    rows still iterating are compacted: the first pass iterates all ``T R0`` rows until at most
+    ``T R0 / SHRINK`` still move, gathers those into a batch of that size, iterates it until at
+    most ``1 / SHRINK`` of it still moves, and so on for ``stages`` stages; the last one iterates
+    to the end. One batch to the end would cost the slowest row's trip count for every row, about
+    5x the trips the rows need (measured on the figure's grid). Per chunk of the figure's
+    contaminated program (2-core CPU, CPU time): 560-820 ms without compaction, ~310 ms with two
+    stages of 1/8, 350-380 ms with four of 1/4; its compile: 9, 22 and 33 s."""
+    T, R0 = tau.shape
+    R, d = T * R0, len(xs)
+    dtype = xs[0].dtype
+    tol2 = spec.tol ** 2
 
-    def body(xs, tau2, state):
-        t, c, cnt, done = state
-        d2 = sum((x - c[:, i:i + 1]) ** 2 for i, x in enumerate(xs))
-        w = (d2 < tau2[:, None]).astype(xs[0].dtype)
+    def step(xs, tau2, c, cnt, done):
+        # xs: d arrays (..., K) that broadcast against c (..., d) without its last axis
+        d2 = sum((x - c[..., i:i + 1]) ** 2 for i, x in enumerate(xs))
+        w = (d2 < tau2[..., None]).astype(dtype)
         total = jnp.sum(w, axis=-1)
         has = total > 0
         denom = jnp.where(has, total, 1.0)
-        mean = jnp.stack([jnp.sum(w * x, axis=-1) for x in xs], axis=-1) / denom[:, None]
-        c_next = jnp.where(has[:, None], mean, c)
-        moved = jnp.sum((c_next - c) ** 2, axis=-1) < spec.tol ** 2
-        return (t + 1, jnp.where(done[:, None], c, c_next), jnp.where(done, cnt, total),
+        mean = jnp.stack([jnp.sum(w * x, axis=-1) for x in xs], axis=-1) / denom[..., None]
+        c_next = jnp.where(has[..., None], mean, c)
+        moved = jnp.sum((c_next - c) ** 2, axis=-1) < tol2
+        return (jnp.where(done[..., None], c, c_next), jnp.where(done, cnt, total),
                 done | ~has | moved)
 
-    def loop(xs, tau2, state, trips):
+    def iterate(xs, tau2, state, limit: int):
+        """Trips while fewer than ``max_iter`` were made and more than ``limit`` rows move."""
         return jax.lax.while_loop(
-            lambda s: (s[0] < trips) & ~jnp.all(s[3]),
-            functools.partial(body, xs, tau2), state)
+            lambda s: (s[0] < spec.max_iter) & (jnp.sum(~s[3]) > limit),
+            lambda s: (s[0] + 1,) + step(xs, tau2, *s[1:]), state)
 
-    xs = tuple(xs)
-    R = xs[0].shape[0]
-    state = (jnp.int32(0), c0, jnp.zeros((R,), xs[0].dtype), jnp.zeros((R,), bool))
-    for trips, divisor in stages:
-        state = loop(xs, tau2, state, trips)
-        size = max(1, R // divisor)
-
-        def compacted(state, size=size):
-            idx = jnp.nonzero(~state[3], size=size, fill_value=R)[0]
-            take = lambda a: jnp.take(a, idx, axis=0, mode="clip")  # noqa: E731
-            sub = (state[0], take(state[1]), take(state[2]), take(state[3]) | (idx >= R))
-            sub = loop(tuple(take(x) for x in xs), take(tau2), sub, spec.max_iter)
-            return (sub[0],) + tuple(a.at[idx].set(b, mode="drop")
-                                     for a, b in zip(state[1:], sub[1:]))
-
-        state = jax.lax.cond(jnp.sum(~state[3]) <= size, compacted,
-                             lambda s: loop(xs, tau2, s, spec.max_iter), state)
-    if not stages:
-        state = loop(xs, tau2, state, spec.max_iter)
-    _, c, cnt, _ = state
-    return c, cnt
+    sizes = [max(1, R // SHRINK ** (i + 1)) for i in range(stages)]
+    tau2 = tau * tau
+    state = (jnp.int32(0), jnp.broadcast_to(c0, (T, R0, d)), jnp.zeros((T, R0), dtype),
+             jnp.zeros((T, R0), bool))
+    t, c, cnt, done = iterate(xs, tau2, state, sizes[0] if stages else 0)
+    c, cnt, done, tau2 = c.reshape(R, d), cnt.reshape(R), done.reshape(R), tau2.reshape(R)
+    for i, size in enumerate(sizes):
+        # the rows still moving (all of them: at most `size` once fewer than max_iter trips were
+        # made; past max_iter none moves again), padded with index R (dropped on the way back)
+        idx = jnp.nonzero(~done, size=size, fill_value=R)[0]
+        row = jnp.minimum(idx, R - 1)
+        sub = (t, c[row], cnt[row], idx >= R)
+        t, cb, cntb, doneb = iterate(tuple(x[row % R0] for x in xs), tau2[row], sub,
+                                     sizes[i + 1] if i + 1 < stages else 0)
+        c = c.at[idx].set(cb, mode="drop")
+        cnt = cnt.at[idx].set(cntb, mode="drop")
+        done = done.at[idx].set(doneb, mode="drop")
+    return c.reshape(T, R0, d), cnt.reshape(T, R0)
 
 
 def _median_distance(x, centre):
     """Median over the K rows of ``x (..., K, d)`` of their distance to ``centre (..., d)``."""
     dist = jnp.sqrt(jnp.sum((x - centre[..., None, :]) ** 2, axis=-1))
-    K = x.shape[-2]
-    s = jnp.sort(dist, axis=-1)
-    return 0.5 * (s[..., (K - 1) // 2] + s[..., K // 2])
+    a, b = _lower_median_pair(dist)
+    return 0.5 * (a + b)
 
 
 def _draws(spec: GridSpec, keys):
@@ -212,14 +229,19 @@ def _draws(spec: GridSpec, keys):
     return jax.vmap(one)(keys)
 
 
-def _chunk(spec: GridSpec, keys, weight, shares, shifts, taus, sigma, gamma):
+def _chunk(spec: GridSpec, draws, weight, shares, shifts, taus, sigma, gamma):
     """One chunk of seeds over the whole grid -> per-cell sums, Gram and auxiliary sums.
 
+    ``draws``: :func:`_draws` of the chunk's keys, computed by a program of their own (inside
+    this one XLA fuses the random-number hash and the normal transform into every consumer,
+    recomputing them for each of the P x A cells and each tau of the matching batch).
     ``weight (S,)``: 1 for a real seed, 0 for the padding of the last chunk. ``shares (P,)``,
     ``shifts (A,)``, ``taus (T,)``, ``sigma``, ``gamma`` traced (their values in ``spec`` are
     not read, so one compiled program serves every value); the n axis is static (its subsampling
     law differs)."""
-    Z, U, E, prio, uq, zs = _draws(spec, keys)  # (S, Kmax, d), (S, Kmax), ...
+    # materialised once: left to itself XLA fuses the random-number hash into every consumer,
+    # recomputing it for each of the P x A cells and each tau of the matching batch
+    Z, U, E, prio, uq, zs = draws  # (S, Kmax, d), (S, Kmax), ...
     S, Kmax, d = Z.shape
     dtype = Z.dtype
     k = jnp.arange(1, Kmax + 1)
@@ -263,11 +285,10 @@ def _chunk(spec: GridSpec, keys, weight, shares, shifts, taus, sigma, gamma):
             med = _median_distance(x, c0).reshape(rows)
             crule = jnp.asarray(MEDIAN_DIST_C, dtype)
             # one batch: every grid tau and every median-distance rule, rows (tau, cell-seed)
-            tau_all = jnp.concatenate([jnp.repeat(taus, rows),
-                                       (crule[:, None] * med[None]).reshape(-1)])
+            tau_all = jnp.concatenate([jnp.broadcast_to(taus[:, None], (T, rows)),
+                                       crule[:, None] * med[None]])
             nt = T + len(MEDIAN_DIST_C)
-            c_all, cnt_all = _match(tuple(jnp.tile(a, (nt, 1)) for a in xs),
-                                    jnp.tile(c0f, (nt, 1)), tau_all, spec)
+            c_all, cnt_all = _match(xs, c0f, tau_all, spec)
             c_all = c_all.reshape((nt,) + shape + (d,))
             cnt_all = cnt_all.reshape((nt,) + shape)
             cg, cr = c_all[:T], c_all[T:]
@@ -285,7 +306,7 @@ def _chunk(spec: GridSpec, keys, weight, shares, shifts, taus, sigma, gamma):
                      / jnp.maximum(ns_ - 1.0, 1.0))
             eps_hat = jnp.sqrt(var_w / jnp.maximum(ns_, 1.0))
             tp = jnp.maximum(jnp.where(ns_ >= 2, PLUG_IN_MARGIN * eps_hat, t_pilot), 1e-6)
-            cp, cntp = _match(xs, c0f, tp.reshape(-1), spec)
+            cp, cntp = _match(xs, c0f, tp.reshape(1, -1), spec)
             cp, cntp = cp.reshape(shape + (d,)), cntp.reshape(shape)
             ests = jnp.concatenate([pool[None], sub[None], cg, cr, cp[None]], axis=0)  # (V,P,A,S,d)
             eps = jnp.sqrt(jnp.sum(ests ** 2, axis=-1))  # (V, P, A, S)
@@ -310,7 +331,9 @@ _COMPILER_OPTIONS = {"xla_backend_optimization_level": 3}
 
 @functools.lru_cache(maxsize=16)
 def _compiled(spec: GridSpec) -> Callable:
-    return jax.jit(functools.partial(_chunk, spec), compiler_options=_COMPILER_OPTIONS)
+    draws = jax.jit(functools.partial(_draws, spec))
+    chunk = jax.jit(functools.partial(_chunk, spec), compiler_options=_COMPILER_OPTIONS)
+    return lambda keys, *args: chunk(draws(keys), *args)
 
 
 def aux_names(spec: GridSpec) -> tuple:

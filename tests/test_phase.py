@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 from scipy import stats
 
 from poolsim import _phase, _verdict, advise, experiments
+from poolsim._reference import ref_match
 from poolsim.figures import _data
 from poolsim.testing import examples
 
@@ -299,3 +300,58 @@ def test_plot_and_summary_render_from_the_committed_csv():
     assert len(figure.axes) >= 12
     import matplotlib.pyplot as plt
     plt.close(figure)
+
+
+def test_thm1_limit_iterates_only_moving_cells_with_the_same_numbers(monkeypatch):
+    # limit_eps skips cells whose last step was exactly zero; the reference below iterates every
+    # cell until the largest step is below 1e-10 (the fixed-point iteration of
+    # theory.match_limit on the same quadrature draws): the results must be identical, bit for bit.
+    from poolsim.figures import phase as fig
+
+    monkeypatch.setattr(fig, "QUAD", 3000)
+    cfg = dict(shares=np.array([0.0, 0.1, 0.3]), shifts=np.array([0.0, 1.0, 2.5, 4.0]), tau=1.2)
+    n, sigma, gamma = 50, 0.8, 0.5
+    rng = np.random.default_rng(0)
+    z, u, e, es = (rng.standard_normal((3000, 2)), rng.random(3000), rng.standard_normal((3000, 2)),
+                   rng.standard_normal((3000, 2)))
+    p, a = cfg["shares"][:, None, None], cfg["shifts"][None, :, None]
+    shift = (u < p) * a
+    x0 = gamma * z[:, 0] + shift + sigma / math.sqrt(n) * e[:, 0]
+    x1 = np.broadcast_to(gamma * z[:, 1] + sigma / math.sqrt(n) * e[:, 1], x0.shape)
+    c0 = np.median(gamma * z[:, 0] + shift + sigma * es[:, 0], axis=-1)
+    c1 = np.broadcast_to(np.median(gamma * z[:, 1] + sigma * es[:, 1]), c0.shape)
+    for _ in range(200):
+        w = ((x0 - c0[..., None]) ** 2 + (x1 - c1[..., None]) ** 2) < 1.2 ** 2
+        tot = w.sum(-1)
+        n0 = np.where(tot > 0, (w * x0).sum(-1) / np.maximum(tot, 1), c0)
+        n1 = np.where(tot > 0, (w * x1).sum(-1) / np.maximum(tot, 1), c1)
+        moved = np.hypot(n0 - c0, n1 - c1).max()
+        c0, c1 = n0, n1
+        if moved < 1e-10:
+            break
+    got = fig.limit_eps(cfg, n)
+    np.testing.assert_array_equal(got[..., 0], np.hypot(c0, c1))
+    np.testing.assert_array_equal(got[..., 1], (p * a)[..., 0] * np.ones_like(c0))
+
+
+@pytest.mark.parametrize("stages", [0, _phase.STAGES])
+def test_compacted_matching_equals_the_loop_reference(rng, stages):
+    # The map's batched matching (rows still moving gathered into smaller batches, `stages` times)
+    # against poolsim._reference.ref_match (Def. 3 with Python loops, float64), row by row: the
+    # same matched-domain count and the centroid within float32 rounding of the domain means.
+    import jax
+
+    K, R0, T = 12, 150, 3
+    means = rng.normal(0.0, 1.0, (R0, K, 2)) + (rng.random((R0, K, 1)) < 0.3) * np.array([2.5, 0.0])
+    start = np.median(means, axis=1)
+    taus = rng.uniform(0.4, 2.0, (T, R0))
+    spec = _phase.GridSpec("contaminated", (K,), (50,), (1.0,))
+    xs = tuple(np.float32(means[..., i]) for i in range(2))
+    c, cnt = jax.jit(lambda xs, c0, tau: _phase._match(xs, c0, tau, spec, stages))(
+        xs, np.float32(start), np.float32(taus))
+    for t in range(T):
+        for r in range(R0):
+            x32 = np.float64(np.float32(means[r]))[:, None, :]  # (K, 1 sample, d)
+            ref_c, inc, _, _ = ref_match(x32, float(np.float32(taus[t, r])), init=start[r].astype(np.float32))
+            assert int(cnt[t, r]) == sum(inc), (t, r)
+            np.testing.assert_allclose(np.asarray(c[t, r]), ref_c, atol=2e-6)

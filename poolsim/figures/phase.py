@@ -82,18 +82,29 @@ def limit_eps(law_cfg: dict, n: int, sigma: float = 0.8, gamma: float = 0.5,
     tau = law_cfg["tau"]
     shift = (u[None, None, :] < p) * a  # (P, A, Q)
     x0 = gamma * z[:, 0] + shift + sigma / math.sqrt(n) * e[:, 0]
-    x1 = np.broadcast_to(gamma * z[:, 1] + sigma / math.sqrt(n) * e[:, 1], x0.shape)
+    x1 = gamma * z[:, 1] + sigma / math.sqrt(n) * e[:, 1]  # (Q,): the same in every cell
     c0 = np.median(gamma * z[:, 0] + shift + sigma * es[:, 0], axis=-1)
     c1 = np.broadcast_to(np.median(gamma * z[:, 1] + sigma * es[:, 1]), c0.shape)
+    shape = c0.shape
+    x0 = x0.reshape(-1, QUAD)
+    c0, c1 = c0.ravel().copy(), c1.ravel().copy()
+    # A cell whose step was exactly zero sits on a fixed point (the next step starts from the same
+    # c, so it repeats itself): only the other cells are iterated, each row summed as before.
+    act = np.arange(c0.size)
     for _ in range(200):
-        w = ((x0 - c0[..., None]) ** 2 + (x1 - c1[..., None]) ** 2) < tau * tau
+        xa = x0[act]
+        xb = np.broadcast_to(x1, xa.shape)
+        ca0, ca1 = c0[act], c1[act]
+        w = ((xa - ca0[:, None]) ** 2 + (xb - ca1[:, None]) ** 2) < tau * tau
         tot = w.sum(-1)
-        n0 = np.where(tot > 0, (w * x0).sum(-1) / np.maximum(tot, 1), c0)
-        n1 = np.where(tot > 0, (w * x1).sum(-1) / np.maximum(tot, 1), c1)
-        moved = np.hypot(n0 - c0, n1 - c1).max()
-        c0, c1 = n0, n1
-        if moved < 1e-10:
+        n0 = np.where(tot > 0, (w * xa).sum(-1) / np.maximum(tot, 1), ca0)
+        n1 = np.where(tot > 0, (w * xb).sum(-1) / np.maximum(tot, 1), ca1)
+        step = np.hypot(n0 - ca0, n1 - ca1)
+        c0[act], c1[act] = n0, n1
+        act = act[step > 0]
+        if step.max() < 1e-10:
             break
+    c0, c1 = c0.reshape(shape), c1.reshape(shape)
     return np.stack([np.hypot(c0, c1), (p * a)[..., 0] + 0.0 * c0], axis=-1)
 
 
@@ -131,7 +142,9 @@ def _cell_frame(law: str, m: _phase.Moments, S: int) -> pd.DataFrame:
                 out[f"{key}_p"] = _verdict.p_value(est, lo, hi, S).ravel()
             # the best tau on the grid and the grid taus not significantly worse than it
             g = mean[..., grid_idx]  # (P, A, T)
-            best = np.argmin(g, axis=-1)
+            # the first grid tau (tau = inf first) within TIE of the minimum: identical
+            # estimators (tau = 3 matching every domain = pooling) differ only by float rounding
+            best = np.argmax(g <= g.min(axis=-1, keepdims=True) + TIE, axis=-1)
             i_best = np.asarray(grid_idx)[best]
             tau_best = grid_taus[best]
             ok = np.zeros(g.shape, bool)
