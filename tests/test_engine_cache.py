@@ -43,6 +43,7 @@ def test_eps_equals_numpy_norm_bitwise(rng, d):
     np.testing.assert_array_equal(experiments.eps(est, mu), want)
 
 
+@pytest.mark.slow
 def test_frame_columns_equal_the_row_by_row_definition():
     df = experiments.run("domain_addition", seeds=4, **SMALL)
     res, P = experiments.simulate("domain_addition", seeds=4, **SMALL)

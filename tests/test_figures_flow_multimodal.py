@@ -34,6 +34,7 @@ def test_compute_is_tidy_with_intervals(run):
         assert set(df.data) == {"simulated", "real"}
 
 
+@pytest.mark.slow
 def test_plot_and_summarize(run):
     mod, df, _ = run
     fig = mod.plot(df)

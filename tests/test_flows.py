@@ -104,6 +104,7 @@ def test_layer_bounds_dominate_exact_layer_jacobians(flow, rng):
     assert flow.lipschitz_bound(radius) == pytest.approx(np.prod(bounds.C))
 
 
+@pytest.mark.slow
 def test_numpy_conditioner_is_the_equinox_mlp(flow, rng):
     # layer_bounds evaluates each coupling's conditioner with flows._mlp_numpy: it must be the
     # equinox MLP itself (reference: the MLP's own __call__)

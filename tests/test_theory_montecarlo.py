@@ -43,6 +43,7 @@ def test_thm2_check_has_power_skewed_matching_is_biased():
     assert match.mean[0] < -10 * match.se[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("md,sigma", [
     (metadist.contaminated(0.2, 2.0, d=D, gamma=0.5), SIGMA),  # biased, anisotropic Sigma_mu
     (metadist.symmetric_gaussian(0.1, d=D), 2.0),              # within-domain noise dominates

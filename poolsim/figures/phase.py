@@ -29,6 +29,7 @@ theory overlays ``thm1_limit_eps_match``, ``thm1_limit_eps_pool``,
 from __future__ import annotations
 
 import math
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,7 @@ TAUS = (0.3, 0.45, 0.6, 0.8, 1.0, 1.1, 1.2, 1.5, 2.0, 3.0)
 FIXED_TAU = 1.0  # the "fixed tau" rule (ours)
 FAIL_FRAC = 0.10  # a rule fails where its eps exceeds the best grid tau's by more than 10% (ours)
 GRID = 20
-LAWS = {
+LAWS: dict[str, dict[str, Any]] = {  # per law: settings of mixed types (grids, tuples, labels)
     "contaminated": dict(
         Ks=(10, 50), ns=(150, 20), tau=1.2, shares=np.arange(GRID) * 0.025,
         shifts=np.arange(GRID) * 0.25, paper=(0.3, 1.5, 50, 150), experiment="asymptotic",
@@ -380,12 +381,12 @@ def plot(df: pd.DataFrame):
         ax.set_title(f"{law}, K={Kp}, n={nP}: best tau on the grid", fontsize=8.5)
         ax.legend(fontsize=6, loc="upper right")
         ax = axes[2, 2 + c]
-        shares = []
+        rows = []
         for law2_cfg in [(K, n) for n in cfg["ns"] for K in cfg["Ks"]]:
             K, n = law2_cfg
             cc = df[(df.law == law) & (df.K == K) & (df.n == n)]
-            shares.append([(cc[f"{s}_fails_bh"] == _verdict.HOLDS).mean() for s in RULE_LABELS])
-        shares = np.asarray(shares)
+            rows.append([(cc[f"{s}_fails_bh"] == _verdict.HOLDS).mean() for s in RULE_LABELS])
+        shares = np.asarray(rows)
         x = np.arange(len(RULE_LABELS))
         for i, (K, n) in enumerate([(K, n) for n in cfg["ns"] for K in cfg["Ks"]]):
             ax.bar(x + (i - 1.5) * 0.2, shares[i], 0.2, label=f"K={K}, n={n}")

@@ -66,6 +66,7 @@ def test_quick_protocol_csvs_are_well_formed(quick_run):
     assert len(var) > 0 and np.isfinite(vals).all() and (vals >= 0).all()
 
 
+@pytest.mark.slow
 def test_da_equals_eq15_on_the_auc_rows(quick_run):
     out, _ = quick_run
     proto, da = pd.read_csv(out / "protocol.csv"), pd.read_csv(out / "da.csv")
