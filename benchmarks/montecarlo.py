@@ -242,7 +242,9 @@ def split(S: int, name: str = "domain_addition", materialize: bool = False) -> d
     res = _engine._gather(fields, S, chunk, False)
     P["seeds"] = np.arange(S)
     out["frame"] = best(lambda: ex.frame(name, res, P))
-    del outs, fields, res
+    outs.clear()  # free the chunks' results before the user calls
+    fields.clear()
+    res = None
     kw = dict(seeds=S, materialize=materialize)
     out["summarize"] = best(lambda: ex.summarize(name, **kw))
     out["run"] = best(lambda: ex.run(name, **kw))
