@@ -36,56 +36,18 @@ import time
 
 import numpy as np
 
-NOTE = ("What changed (issue 11, third pass, aimed at the sufficient-statistics path; the baseline "
-        "column is main before it). Per-seed results against the baseline engine on "
-        "`domain_addition`, both paths, 1,000 seeds (and 2,048 sufficient): bit-identical (every "
-        "field, estimates included); tests check the "
-        "staged loop against the per-seed `while_loop` and the new medians against NumPy. (1) The "
-        "matching loop of each K (both paths) runs in stages: 3 trips over the whole chunk, then only the seeds "
-        "still iterating, gathered into a batch of chunk/4 rows for 2 trips, then chunk/8 rows to "
-        "the end, scattered back (`lax.cond` falls back to the whole chunk when too many are "
-        "left). Before, each K's loop ran all 2,048 seeds until the slowest converged: 178 trips "
-        "over the 26 K values against 2.6 iterations per K for the mean seed (after 3 trips at "
-        "most 22% of the seeds still iterate, after 5 at most 1.6%). A last stage of chunk/32 "
-        "rows changed the centroid in the last float32 bit for 300 of 106,496 values (XLA's "
-        "codegen for the small batch), so it is not used. (2) The median init of the sufficient "
-        "path (coordinate-wise median of the first K of 30 domain means) picks the order "
-        "statistics by rank: each mean's bitmask of the means that precede it gives its rank in "
-        "every prefix by one popcount, instead of XLA's comparator sort plus running counts "
-        "(4 ms instead of ~33 ms per chunk). Split of one 2,048-seed chunk after the change "
-        "(best of 7, ms, load ~3): draws 37-50, estimates 74 (matching 45, subsampling 19, "
-        "medians 4, pooling 1). What bounds it now: the draws (~1/3 of the time: 3.2 M normals "
-        "per chunk through JAX's erfinv, 20 ms; other numbers would change every seed's "
-        "results) and the matching trips that remain (3 over the whole chunk per K).\n\n"
-        "Previous pass. "
-        "What changed (issue 11, second pass). Per-seed results against the baseline engine, "
-        "1,000 seeds, both paths: bit-identical on `asymptotic` and `domain_addition` (also with "
-        "init mean and the geodesic metric, 300 seeds); on `symmetric` (materialised) the pooled "
-        "mean differs in the last float32 bit for 762 of 1,000 seeds (XLA rounds the pooled sum "
-        "differently once the sample means come from another program), every discrete output "
-        "identical; tests check the batched engine against the vmapped per-seed oracle and the "
-        "fused keys against jax.random. (1) random bits -- JAX lowers the Threefry hash on CPU as a "
-        "rolled 5-step loop over the whole array; `poolsim._rng` gives the engine keys of the same "
-        "numbers whose bits come from the unrolled hash, which XLA fuses (3x on the normals, 8x on "
-        "the subsampling indices); (2) two programs, draws then estimates: inside one program XLA "
-        "fused the hash into consumers that read each draw once per K (or K_max times in the "
-        "subsampling ranks) and recomputed it there (`optimization_barrier` does not stop that on "
-        "CPU); (3) seed-batched estimates: pooling and subsampling for all K at once, one "
-        "`lax.scan` over K for matching only, each K one batched `while_loop` laid out (S, d, "
-        "K_max) (2x the vmapped loop; a seed-minor layout was 8x slower); (4) host sample medians "
-        "sort packed (value, group) uint64 keys with `np.sort` instead of `argsort` + gathers, in "
-        "cache-sized column batches over 2 threads (~1.5x CPU time). What bounds it now (profile "
-        "line above): materialised -- the host sample medians (one 3,000-element sort per seed "
-        "and coordinate, ~45% of the time) and the draws (6,000 normals and 15,600 random words "
-        "per seed, ~25%; fewer or other draws would change every seed's results); sufficient "
-        "statistics -- ~1,600 floats per seed, so XLA's per-element cost in the matching loop "
-        "(which runs each K until the slowest of the chunk's seeds converges: 178 loop trips over "
-        "the 26 K values at 2,048 seeds, against 67 iterations for the mean seed), the draws and "
-        "the XLA sort of the 30 domain means for the median init. Tried and dropped: evaluating "
-        "all K in one vmapped `while_loop`; running chunks from 2 Python threads (no gain, and the "
-        "host-median callback deadlocks); chunk sizes 512-4096 (within the load noise). Engine "
-        "times are the best of two warm calls; the reference is timed once per repeat (on at "
-        "most --ref-max-seeds seeds, then scaled).")
+NOTE = ("What changed in this pass (programs, CPU): subsampling's random numbers are drawn only "
+        "for the domains each K step reads (`poolsim._rng.prefix_draw`: Threefry is counter-based, "
+        "so the kept entries get the counters of their places in the full array and are the same "
+        "numbers; 455 of 780 entries per array at K = 5..30) -- the sufficient path's normals `z` "
+        "and collision sums `q`, the materialised path's resampling indices; the materialised path "
+        "no longer draws `z` at all (it never read it). The estimates program puts them in place "
+        "once, behind an optimization barrier (fused into every reader, the gathers cost ~15% of "
+        "that program). Per-seed results bit-identical to main for 2,000 seeds of every registered "
+        "set-up (`benchmarks/engine_fingerprint.py` on both revisions, same machine), and tested "
+        "against drawing every entry (tests/test_engine_draws.py). The draws program of a 1,024-seed "
+        "chunk took ~40% of the sufficient path's time before and ~15-20% after (process CPU "
+        "time, interleaved A/B under load 10-12).\n\n")
 
 
 def machine_info() -> str:
@@ -229,6 +191,129 @@ def user_calls(S: int, repeat: int) -> str:
             f"{t_frame:.2f} s; materialised `simulate` {t_mat:.2f} s = {met(ref / t_mat, 50)}.\n\n")
 
 
+def split(S: int, name: str = "domain_addition", materialize: bool = False) -> dict:
+    """Where the wall time of ``summarize`` and ``run`` goes at ``S`` seeds (seconds, best of 2
+    warm calls each): ``programs`` -- the engine's compiled draws and estimates programs over
+    every chunk, dispatched as :func:`poolsim._engine.simulate` does (at most ``_AHEAD`` ahead)
+    and waited for; ``reduction`` -- the on-device moments program alone over the same chunks'
+    results; ``transfer`` -- bringing the frame's fields of those results to host arrays
+    (``_gather``); ``frame`` -- building the per-seed frame (host); then the user calls
+    themselves, and ``host`` = each call minus its parts (dispatch, progress, pandas, scipy)."""
+    import cProfile
+    import pstats
+
+    import jax
+
+    from poolsim import _engine
+    from poolsim import experiments as ex
+
+    spec, P = ex.spec(name, materialize=materialize)
+    chunk = _engine.chunk_size(S, P["chunk"])
+    n_chunks = -(-S // chunk)
+    seeds = np.arange(n_chunks * chunk, dtype=np.uint32)
+    draw_fn, est_fn = _engine._compiled(spec, P["dtype"])
+    moments = _engine._compiled_moments(spec)
+    outside = _engine.host_medians_outside(spec)
+
+    def programs():
+        outs = []
+        for i in range(n_chunks):
+            d = draw_fn(seeds[i * chunk:(i + 1) * chunk])
+            if outside:
+                med = _engine.host_prefix_medians(np.asarray(d.samples).reshape(chunk, -1, spec.d),
+                                                  spec.n, spec.Ks)
+                outs.append(est_fn(d, med))
+            else:
+                outs.append(est_fn(d))
+            if len(outs) > _engine._AHEAD:
+                jax.block_until_ready(outs[-1 - _engine._AHEAD])
+        return jax.block_until_ready(outs)
+
+    def best(f):
+        return min(call_times(f, iters=2, warmup=1))
+
+    out = {"load": os.getloadavg()[0]}
+    out["programs"] = best(programs)
+    outs = programs()
+    valid = jax.device_put(np.ones(chunk, bool))
+    out["reduction"] = best(lambda: jax.block_until_ready([moments(o, valid) for o in outs]))
+    fields = [o._replace(**{f: None for f in o._fields if f not in ex.FRAME_FIELDS}) for o in outs]
+    out["transfer"] = best(lambda: _engine._gather(fields, S, chunk, False))
+    res = _engine._gather(fields, S, chunk, False)
+    P["seeds"] = np.arange(S)
+    out["frame"] = best(lambda: ex.frame(name, res, P))
+    outs.clear()  # free the chunks' results before the user calls
+    fields.clear()
+    res = None
+    kw = dict(seeds=S, materialize=materialize)
+    out["summarize"] = best(lambda: ex.summarize(name, **kw))
+    out["run"] = best(lambda: ex.run(name, **kw))
+    for call in ("summarize", "run"):
+        prof = cProfile.Profile()
+        prof.enable()
+        getattr(ex, call)(name, **kw)
+        prof.disable()
+        st = pstats.Stats(prof)
+        # time inside the host-side helpers (cumulative), by function name
+        cum = {f[2]: v[3] for f, v in st.stats.items()}
+        out[f"{call}_cprofile"] = {k: cum.get(k, 0.0) for k in (
+            "_simulate_local", "_gather", "frame", "combine", "block_until_ready", "_pjit_call_impl_python")}
+    out["load_end"] = os.getloadavg()[0]
+    return out
+
+
+def split_table(rows) -> str:
+    """Markdown table of :func:`split` results: one row per (experiment, seeds)."""
+    lines = ["| experiment | seeds | load | programs (s) | reduction (s) | transfer (s) | frame (s) "
+             "| `summarize` (s) | `run` (s) | summarize / programs | run / summarize "
+             "| host in summarize (s) | host in run (s) |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, S, r in rows:
+        host_s = r["summarize"] - r["programs"] - r["reduction"]
+        host_r = r["run"] - r["programs"] - r["transfer"] - r["frame"]
+        lines.append(f"| {name} | {S:,} | {r['load']:.1f}-{r['load_end']:.1f} | {r['programs']:.3f} "
+                     f"| {r['reduction']:.3f} | {r['transfer']:.3f} | {r['frame']:.3f} "
+                     f"| {r['summarize']:.3f} | {r['run']:.3f} | {r['summarize'] / r['programs']:.3f} "
+                     f"| {r['run'] / r['summarize']:.3f} | {host_s:+.3f} | {host_r:+.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+_FIRST_CALL = """
+import sys, time
+t0 = time.perf_counter()
+from poolsim import experiments
+t1 = time.perf_counter()
+experiments.run(sys.argv[1], seeds=100)
+t2 = time.perf_counter()
+experiments.run(sys.argv[1], seeds=100)
+t3 = time.perf_counter()
+print(f"{t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f}")
+"""
+
+
+def first_call(names=("domain_addition", "asymptotic")) -> str:
+    """The first ``run(name, seeds=100)`` of a fresh process, with an empty persistent
+    compilation cache (a new temporary ``POOLSIM_CACHE_DIR``) and then in a second fresh process
+    with the cache the first one wrote; also the import time and a second call in the same
+    process (no compilation at all)."""
+    import subprocess
+    import tempfile
+
+    rows = ["| experiment | process | cache | import (s) | first `run` (s) | second `run` (s) |",
+            "|---|---|---|---:|---:|---:|"]
+    for name in names:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, POOLSIM_CACHE_DIR=tmp)
+            env.pop("JAX_COMPILATION_CACHE_DIR", None)
+            for which, state in (("first", "empty (cold)"), ("second", "written by the first (warm)")):
+                out = subprocess.run([sys.executable, "-c", _FIRST_CALL, name], env=env, check=True,
+                                     capture_output=True, text=True).stdout.split()
+                rows.append(f"| {name} | {which} | {state} | {out[0]} | {out[1]} | {out[2]} |")
+    return (f"First call in a fresh process (load {os.getloadavg()[0]:.1f}): `run(name, seeds=100)`, "
+            "default parameters (materialised path), target <= 1 s with a warm cache.\n\n"
+            + "\n".join(rows) + "\n\n")
+
+
 def targets(rows) -> str:
     """Issue 11's targets (>= 30x materialised, >= 300x sufficient at 10,000 seeds), met or not,
     for the current engine in this run (median over the repeats; every run's ratios listed)."""
@@ -281,6 +366,12 @@ def main(argv=None) -> str:
                     help="also time poolsim/_engine.py as of git revision REV (before/after)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="measure everything this many times and report the median (shared machine)")
+    ap.add_argument("--split", type=int, nargs="*", default=[100_000], metavar="S",
+                    help="seed counts of the time split (programs / reduction / transfer / host)")
+    ap.add_argument("--split-experiments", nargs="+",
+                    default=["domain_addition", "asymptotic", "symmetric"])
+    ap.add_argument("--no-first-call", action="store_true",
+                    help="skip the fresh-process first-call timings (cold / warm cache)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     from tqdm import tqdm
@@ -320,6 +411,11 @@ def main(argv=None) -> str:
                         for v, c, q in zip(eng[::2], eng[1::2], ratios))
         lines.append(f"| {S:,} | {r:,.1f}{' (extrapolated)' if extra else ''} |{cells}")
     prof = profile()
+    split_rows = [(name, S, split(S, name)) for S in args.split for name in args.split_experiments]
+    splits = (("Split of the sufficient-statistics user calls (best of 2 warm calls each; "
+               "'host' = the call minus its measured parts, negative where the parts, timed "
+               "alone, took longer than inside the call):\n\n" + split_table(split_rows) + "\n")
+              if split_rows else "")
     nrows = []
     for n in tqdm(args.n_values, desc="n sweep"):
         _, t = time_engine(args.n_seeds, materialize=False, n=n)
@@ -336,7 +432,8 @@ def main(argv=None) -> str:
             "`poolsim/_reference.py` (float64). Ratios are engine / reference seeds/s in this run; "
             f"every cell is the median of {args.repeat} repeats of the whole measurement.\n\n"
             + "\n".join(lines) + "\n\n" + targets(rows)
-            + (user_calls(args.big, args.repeat) if args.big else "") + prof + NOTE)
+            + (user_calls(args.big, args.repeat) if args.big else "") + prof + splits
+            + ("" if args.no_first_call else first_call()) + NOTE)
     print(body)
     if not args.no_write:
         write_section(args.out, "Monte-Carlo engine (CPU)", body)

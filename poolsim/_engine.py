@@ -85,9 +85,10 @@ class _SubDraws(NamedTuple):
     (one vectorised draw is much cheaper on CPU than a split-and-draw inside every step)."""
 
     priority: Any  # (K_max,) uniform; the m valid domains with the smallest values are chosen
-    idx: Any  # (K_max, n_sub) sample indices, with replacement
+    idx: Any  # (K_max, n_sub) sample indices, with replacement (materialised path)
     q: Any  # (K_max,) sum of squared multiplicities of idx (sufficient-statistics path)
     z: Any  # (K_max, d) standard normals (sufficient-statistics path)
+    # Entries of domains >= K are never read: drawn as 0 (see :func:`_sub_draws`).
 
 
 @functools.lru_cache(maxsize=32)
@@ -124,20 +125,53 @@ def collision_law(n: int, draws: int) -> tuple[np.ndarray, np.ndarray]:
     return values.astype(float), prob[values] / prob[values].sum()
 
 
-def _sub_draws(key, spec: Spec, dtype) -> _SubDraws:
+def _sub_draws(key, spec: Spec, dtype, prefix: bool = True) -> _SubDraws:
+    """Subsampling's random numbers for every K step: a :class:`_SubDraws` with fields
+    ``(nK, K_max, ...)``, or with ``prefix`` (the default) only the entries that are read.
+
+    Step k reads only its first ``Ks[k]`` domains, so with ``prefix`` only those entries are drawn
+    (:func:`poolsim._rng.prefix_draw`: fields ``(sum(Ks), ...)``, the same values; 455 of 780 per
+    array at K = 5..30) and :func:`_full_sub` puts them in place (0 elsewhere) in the program that
+    reads them; ``prefix=False`` draws every entry (the tests' oracle: same results). ``z`` is
+    drawn on the sufficient-statistics path only (the materialised path resamples actual points:
+    ``idx``)."""
     kp, ki, kz = jax.random.split(key, 3)
     shape = (len(spec.Ks), spec.K_max)
+    lead = (sum(spec.Ks),) if prefix else shape
+
+    def rows(draw, k, inner=()):
+        if prefix:
+            return _rng.prefix_draw(draw, k, spec.Ks, spec.K_max, inner)
+        return draw(k, shape + inner)
+
     if spec.materialize:
-        idx = jax.random.randint(ki, shape + (spec.n_sub,), 0, spec.n)
-        q = jnp.zeros(shape, dtype)
+        idx = rows(functools.partial(jax.random.randint, minval=0, maxval=spec.n), ki,
+                   (spec.n_sub,))
+        q = jnp.zeros(lead, dtype)
+        z = jnp.zeros(lead + (0,), dtype)
     else:  # only q matters: one uniform through the exact inverse CDF
         values, prob = collision_law(spec.n, spec.n_sub)
         cdf = jnp.asarray(np.cumsum(prob)[:-1], dtype)
-        u = jax.random.uniform(ki, shape, dtype)  # compare_all: same index, no loop of gathers
-        q = jnp.asarray(values, dtype)[jnp.searchsorted(cdf, u, method="compare_all")]
-        idx = jnp.zeros(shape + (0,), jnp.int32)
-    return _SubDraws(jax.random.uniform(kp, shape, dtype), idx, q,
-                     jax.random.normal(kz, shape + (spec.d,), dtype))
+
+        def draw_q(k, shp):  # compare_all: same index, no loop of gathers
+            u = jax.random.uniform(k, shp, dtype)
+            return jnp.asarray(values, dtype)[jnp.searchsorted(cdf, u, method="compare_all")]
+
+        q = rows(draw_q, ki)
+        idx = jnp.zeros(lead + (0,), jnp.int32)
+        z = rows(functools.partial(jax.random.normal, dtype=dtype), kz, (spec.d,))
+    # priority: every entry (the pairwise ranks read each value K_max times: measured cheaper
+    # drawn in place than put in place)
+    return _SubDraws(jax.random.uniform(kp, shape, dtype), idx, q, z)
+
+
+def _full_sub(r: _SubDraws, spec: Spec, axis: int = 0) -> _SubDraws:
+    """:func:`_sub_draws`'s fields in the ``(nK, K_max, ...)`` layout at ``axis`` (``axis=1``
+    with a leading seed axis); drawn in that layout already (``prefix=False``): unchanged."""
+    if r.q.ndim == axis + 2:
+        return r
+    return r._replace(**{f: _rng.expand_prefix(getattr(r, f), spec.Ks, spec.K_max, axis)
+                         for f in ("idx", "q", "z")})
 
 
 def _subsample_mean(r: _SubDraws, xbar, samples, mask, K, spec: Spec, dtype):
@@ -352,7 +386,7 @@ def _one_seed(spec: Spec, dtype, key, host_medians: bool = True) -> SeedResult:
     else:
         medians = jnp.zeros((len(spec.Ks), spec.d), dtype)
     n = jnp.asarray(spec.n, dtype)
-    sub = _sub_draws(k_sub, spec, dtype)
+    sub = _full_sub(_sub_draws(k_sub, spec, dtype), spec)
 
     def step(_, inp):
         K, r, median = inp
@@ -482,20 +516,22 @@ class _Draws(NamedTuple):
     means: Any  # (S, K_max, d)
     samples: Any  # (S, K_max, n, d) or None (sufficient statistics)
     xbar: Any  # (S, K_max, d)
-    sub: Any  # _SubDraws with fields (S, nK, ...)
+    sub: Any  # _SubDraws with fields (S, sum(Ks), ...) (see :func:`_sub_draws`)
 
 
-def _draw_batch(spec: Spec, dtype, seeds) -> _Draws:
+def _draw_batch(spec: Spec, dtype, seeds, prefix: bool = True) -> _Draws:
     """First program of the engine: all draws of seeds ``seeds: (S,) uint32`` (seed s uses
     :func:`poolsim._rng.fast_key`, i.e. ``jax.random.key(s)``'s numbers; vmap of :func:`draw` and
     :func:`_sub_draws`, the same numbers as in :func:`_one_seed`). A separate program on purpose:
     inside one program XLA fuses the Threefry hash and the inverse normal CDF into consumers that
     read each value many times (once per K, or K_max times in the subsampling ranks) and
     recomputes it there -- ``optimization_barrier`` does not stop this on the CPU backend; the
-    program boundary does (measured 4-10x on the subsampling step)."""
+    program boundary does (measured 4-10x on the subsampling step). ``prefix``: see
+    :func:`_sub_draws`."""
     keys = jax.vmap(_rng.fast_key)(seeds)
     means, samples, xbar, k_sub = jax.vmap(functools.partial(draw, spec, dtype))(keys)
-    return _Draws(means, samples, xbar, jax.vmap(lambda k: _sub_draws(k, spec, dtype))(k_sub))
+    return _Draws(means, samples, xbar,
+                  jax.vmap(lambda k: _sub_draws(k, spec, dtype, prefix))(k_sub))
 
 
 def _batch(spec: Spec, dtype, draws: _Draws, medians=None) -> SeedResult:
@@ -509,6 +545,9 @@ def _batch(spec: Spec, dtype, draws: _Draws, medians=None) -> SeedResult:
     ``lax.scan`` over the K values, as one batched loop per K (:func:`_batched_match`) instead of
     a vmapped ``while_loop``."""
     means, samples, xbar, sub = draws
+    # The subsampling draws put in place once, here, not inside every reader (measured: fused
+    # into the readers the gathers cost ~15% of this program).
+    sub = jax.lax.optimization_barrier(_full_sub(sub, spec, axis=1))
     S = xbar.shape[0]
     Ks = jnp.asarray(spec.Ks, jnp.int32)
     masks = (jnp.arange(spec.K_max)[None, :] < Ks[:, None]).astype(dtype)  # (nK, K_max)
