@@ -324,14 +324,16 @@ def _chunk(spec: GridSpec, draws, weight, shares, shifts, taus, sigma, gamma):
 
 
 # The figures CLI sets --xla_backend_optimization_level=0 for the whole process (compiling the
-# engine's many programs dominates there); this program is compiled once and then runs hundreds of
-# chunks, so it asks for full backend optimisation (measured ~4x faster per chunk on CPU).
+# engine's many programs dominates there); these programs are compiled once and then run hundreds of
+# chunks, so they ask for full backend optimisation (measured ~4x faster per chunk on CPU). The draws
+# ask for it too: the level changes the last bit of some normals, and a scheduler job's process (or a
+# caller whose JAX started before the flag was set) must draw the same numbers as the driver.
 _COMPILER_OPTIONS = {"xla_backend_optimization_level": 3}
 
 
 @functools.lru_cache(maxsize=16)
 def _compiled(spec: GridSpec) -> Callable:
-    draws = jax.jit(functools.partial(_draws, spec))
+    draws = jax.jit(functools.partial(_draws, spec), compiler_options=_COMPILER_OPTIONS)
     chunk = jax.jit(functools.partial(_chunk, spec), compiler_options=_COMPILER_OPTIONS)
     return lambda keys, *args: chunk(draws(keys), *args)
 
