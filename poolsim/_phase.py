@@ -239,8 +239,6 @@ def _chunk(spec: GridSpec, draws, weight, shares, shifts, taus, sigma, gamma):
     ``shifts (A,)``, ``taus (T,)``, ``sigma``, ``gamma`` traced (their values in ``spec`` are
     not read, so one compiled program serves every value); the n axis is static (its subsampling
     law differs)."""
-    # materialised once: left to itself XLA fuses the random-number hash into every consumer,
-    # recomputing it for each of the P x A cells and each tau of the matching batch
     Z, U, E, prio, uq, zs = draws  # (S, Kmax, d), (S, Kmax), ...
     S, Kmax, d = Z.shape
     dtype = Z.dtype
