@@ -137,10 +137,12 @@ class Finding(AssertionError):
     """An input on which a reader broke its contract (the message says how)."""
 
 
-class _Records(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.records = []
+class Records(logging.Handler):
+    """A logging handler that keeps the records at ``level`` and above (``records``)."""
+
+    def __init__(self, level: int = logging.WARNING):
+        super().__init__(level)
+        self.records: list = []
 
     def emit(self, record):
         self.records.append(record)
@@ -153,7 +155,7 @@ def check(path: Path, *, seconds: float = 2.0) -> list:
     picture outside ``[0, 1]``/above ``MAX_PIXELS``, a third-party log record at WARNING or above that
     reaches the root logger, or more than ``seconds`` for the file."""
     root = logging.getLogger()
-    handler = _Records()
+    handler = Records()
     root.addHandler(handler)
     outcomes = []
     start = time.perf_counter()

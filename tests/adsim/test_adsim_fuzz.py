@@ -80,15 +80,6 @@ def test_unreadable_input_names_the_file_and_survives_pickling(tmp_path):
     assert (type(back), back.path, back.reason, str(back)) == (type(e), e.path, e.reason, str(e))
 
 
-class _Capture(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.records = []
-
-    def emit(self, record):
-        self.records.append(record)
-
-
 @pytest.mark.parametrize("name", ["log-pydicom_MR_small_bigendian.dcm", "log-nibabel.global_standard.nii.gz"])
 def test_library_log_records_are_dropped_while_reading_only(name, tmp_path):
     """The file made pydicom/nibabel log at WARNING or above (to the user's terminal, via the root
@@ -97,7 +88,7 @@ def test_library_log_records_are_dropped_while_reading_only(name, tmp_path):
     path = tmp_path / name
     shutil.copy(REGRESSIONS / name, path)
     library = logging.getLogger(name.split("_")[0].removeprefix("log-"))
-    capture = _Capture()
+    capture = fuzz.Records(logging.DEBUG)
     root = logging.getLogger()
     root.addHandler(capture)
     try:
