@@ -94,6 +94,12 @@ class SupportsRederivedWarning(UserWarning):
 SUPPORTS = ("support_rows", "support_cols")  # the state-dict entries of the frequency supports
 
 
+def _zero_padded(t: torch.Tensor, rows: int) -> torch.Tensor:
+    """``t (n, ...)`` with zero rows appended up to ``rows`` (``t`` itself when it has that many)."""
+    extra = rows - t.shape[0]
+    return torch.cat([t, t.new_zeros(extra, *t.shape[1:])]) if extra > 0 else t
+
+
 class BilinearDelta(nn.Module):
     """Parametrisation of one weight ``W0 (m, n)``: ``W0 + sum_t C_m[:, P_t] K_t C_n[:, Q_t]^T``.
 
@@ -175,12 +181,8 @@ class BilinearDelta(nn.Module):
 
     def _grow(self, capacity: int) -> None:
         """Make room for ``capacity`` domains (new, larger buffers; zero slots appended)."""
-        extra = capacity - self.capacity
-        if extra <= 0:
-            return
         for name in (*SUPPORTS, "bank"):
-            old = getattr(self, name)
-            setattr(self, name, torch.cat([old, old.new_zeros(extra, *old.shape[1:])]))
+            setattr(self, name, _zero_padded(getattr(self, name), capacity))
 
     def add_domain(self, rows: torch.Tensor, cols: torch.Tensor) -> nn.Parameter:
         """Freeze the current core into ``bank`` and start the next domain on frequencies ``(rows, cols)``
@@ -220,23 +222,24 @@ class BilinearDelta(nn.Module):
                 if saved is None:  # saved before the supports were: keep the drawn ones
                     self.supports_rederived = True
                     state_dict[prefix + name] = getattr(self, name)
-                elif saved.shape[0] != self.capacity:
-                    state_dict[prefix + name] = torch.cat([saved, saved.new_zeros(self.capacity - saved.shape[0],
-                                                                                  *saved.shape[1:])])
+                else:
+                    state_dict[prefix + name] = _zero_padded(saved, self.capacity)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
 
+    def _slot(self, t: int, core: torch.Tensor) -> torch.Tensor:
+        """``C_m[:, P_t] core C_n[:, Q_t]^T (m, n)`` on slot ``t``'s frequencies."""
+        return self.basis_rows[:, self.support_rows[t]] @ core @ self.basis_cols[:, self.support_cols[t]].T
+
     def delta(self, t: int) -> torch.Tensor:
         """Domain ``t``'s update ``(m, n)``."""
-        return self.basis_rows[:, self.support_rows[t]] @ self.cores[t] @ self.basis_cols[:, self.support_cols[t]].T
+        return self._slot(t, self.cores[t])
 
     def forward(self, w0: torch.Tensor) -> torch.Tensor:
         current = self.started - 1
         out = w0
         for t in range(self.capacity):
-            k = torch.where(current == t, self.core, self.bank[t])
-            out = out + (self.basis_rows[:, self.support_rows[t]] @ k
-                         @ self.basis_cols[:, self.support_cols[t]].T).to(w0.dtype)
+            out = out + self._slot(t, torch.where(current == t, self.core, self.bank[t])).to(w0.dtype)
         return out
 
 
