@@ -52,6 +52,7 @@ def add_parsers(sub) -> None:
 
     sw = sub.add_parser("sweep", help="SIMULATED protocol under one-at-a-time simulator parameter changes")
     sw.add_argument("--out", required=True)
+    sw.add_argument("--targets", nargs="+", default=None, help="default: every modality")
     sw.add_argument("--methods", nargs="+", default=["naive", "match-geodesic-vaca"])
     sw.add_argument("--seeds", type=int, default=1)
     _common(sw)
@@ -145,7 +146,7 @@ def main(args) -> str:
     if args.command == "sweep":
         params = sim_params(args.sim, args.quick)
         table = sweep(args.out, params, _settings(args, "simulated", params), methods=tuple(args.methods),
-                      seeds=seeds, progress=args.progress, **jobs)
+                      seeds=seeds, progress=args.progress, targets=args.targets, **jobs)
         return f"sweep: {len(table)} rows in {args.out}/sweep.csv (SIMULATED)"
     if args.simulate:
         params = sim_params(args.sim, args.quick)

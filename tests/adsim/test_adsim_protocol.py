@@ -201,6 +201,17 @@ def test_sweep_one_parameter(tmp_path):
     assert (tmp_path / "sw" / "shared=0.0" / "protocol.csv").exists()
 
 
+def test_sweep_command_passes_its_targets(tmp_path, monkeypatch):
+    # the CLI's --targets reaches sweep(targets=) (the default: None, every modality); sweep itself is stubbed
+    import adsim.experiments.sweep as sweep_module
+    calls = []
+    monkeypatch.setattr(sweep_module, "sweep", lambda *a, **kw: calls.append(kw) or pd.DataFrame())
+    base = ["sweep", "--out", str(tmp_path / "sw"), "--quick", "--methods", "naive", "--no-progress"]
+    assert main([*base, "--targets", "Chest", "Brain"]) == 0
+    assert main(base) == 0
+    assert [c["targets"] for c in calls] == [["Chest", "Brain"], None]
+
+
 def test_sim_params_from_the_command_line():
     # "inf" selects the point-mass text prior (every modality at the mean alignment)
     from adsim.cli.protocol import sim_params
