@@ -113,6 +113,25 @@ def _block_means(x: np.ndarray, seed: int) -> np.ndarray:
     return np.stack([x[b].mean(axis=0) for b in np.array_split(perm, math.ceil(math.sqrt(K)))])
 
 
+def block_means(x: np.ndarray, seeds) -> np.ndarray:
+    """:func:`_block_means` of every ``x[s]`` with seed ``seeds[s]``: ``x: (S, K, d)`` -> ``(S, B, d)``.
+    The shuffles are drawn per seed; the blocks are gathered and averaged for all seeds at once,
+    the longer blocks first as ``np.array_split`` cuts them (each block mean is the same
+    ``mean(axis=0)`` reduction as the per-seed one, so the numbers are equal)."""
+    S, K, d = x.shape
+    B = math.ceil(math.sqrt(K))
+    if K < 1:
+        raise ValueError(f"x: need at least one domain (K >= 1), got shape {x.shape}")
+    if S == 0:
+        return np.empty((0, B, d))
+    perm = np.stack([np.random.default_rng([int(s), K]).permutation(K) for s in seeds])
+    xp = np.take_along_axis(x, perm[..., None], axis=1)  # (S, K, d) in shuffled order
+    q, r = divmod(K, B)  # r blocks of q + 1 domains, then B - r blocks of q
+    long = xp[:, :r * (q + 1)].reshape(S, r, q + 1, d).mean(axis=2)
+    short = xp[:, r * (q + 1):].reshape(S, B - r, q, d).mean(axis=2)
+    return np.concatenate([long, short], axis=1)
+
+
 def median_of_means(x: np.ndarray, *, seed: int) -> np.ndarray:
     """Median of means (Minsker 2015 form): the geometric median of :func:`_block_means`."""
     return geometric_median(_block_means(x, seed))
@@ -138,8 +157,7 @@ def estimate_all(xbar: np.ndarray, Ks, seeds, outlier: np.ndarray,
         out["trimmed"][:, i] = stats.trim_mean(xs, TRIM, axis=1)
         out["geomedian"][:, i] = geometric_median(xs)
         out["huber"][:, i] = huber(xs)
-        out["mom"][:, i] = geometric_median(np.stack([_block_means(xs[s], int(seeds[s]))
-                                                      for s in range(S)]))
+        out["mom"][:, i] = geometric_median(block_means(xs, seeds))
         out["mcd"][:, i] = np.nan
         if K == Ks[-1]:
             n = S if mcd_seeds is None else min(S, mcd_seeds)

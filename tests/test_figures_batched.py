@@ -1,5 +1,7 @@
-"""The batched MinCovDet of the figure ``baselines`` (poolsim/figures/_mcd.py) against
-scikit-learn's own ``MinCovDet(random_state=seed).fit(x).location_``, fit by fit, exactly."""
+"""The figure ``baselines``' estimators batched over seeds against their per-seed references,
+exactly: the MinCovDet (poolsim/figures/_mcd.py) against scikit-learn's own
+``MinCovDet(random_state=seed).fit(x).location_`` fit by fit, the median of means' block means
+against the per-seed shuffle-and-split."""
 import numpy as np
 import pytest
 
@@ -52,3 +54,18 @@ def test_figure_mcd_batch_and_edges():
     assert _mcd.mcd_locations(x[:0], []).shape == (0, 2)
     with pytest.raises(ValueError, match="seeds"):
         _mcd.mcd_locations(x, [1, 2])
+
+
+@pytest.mark.parametrize("K", [1, 2, 5, 10, 17, 26, 30, 50])
+def test_block_means_batched_equal_the_per_seed_blocks(K):
+    # every K of the figures (5..50) and the edges: one domain, a perfect square, r = 0 long blocks
+    rng = np.random.default_rng(K)
+    x = rng.standard_t(3, size=(12, K, 2))
+    seeds = rng.integers(0, 1000, size=12)
+    want = np.stack([_baselines._block_means(xs, int(s)) for xs, s in zip(x, seeds)])
+    got = _baselines.block_means(x, seeds)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    assert _baselines.block_means(x[:0], []).shape == (0, want.shape[1], 2)
+    with pytest.raises(ValueError, match="K >= 1"):
+        _baselines.block_means(x[:, :0], seeds)
