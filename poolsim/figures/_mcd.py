@@ -12,7 +12,7 @@ at the 97.5% chi-square quantile. Products of the batched arrays may round diffe
 bit from scikit-learn's per-fit BLAS calls; that changes a support only if two distances or
 determinants tie within rounding, so the returned locations (means of the re-weighted support,
 taken exactly as scikit-learn takes them) are equal to scikit-learn's, which
-tests/test_figures.py checks exactly. Seeds where a support's covariance is singular (then
+tests/test_figures_batched.py checks exactly. Seeds where a support's covariance is singular (then
 scikit-learn takes other branches) are fitted by scikit-learn itself.
 """
 from __future__ import annotations
