@@ -399,17 +399,6 @@ def test_median_of_means_and_mcd_edges(rng):
     assert np.all(np.isfinite(_baselines.mcd(y, seed=0)))
 
 
-@pytest.mark.slow
-def test_mcd_process_pool_gives_the_sequential_fits(rng):
-    # the figure fits MinCovDet in joblib's process pool once there are MCD_PARALLEL_MIN fits or
-    # more: same locations, in the same order, as one sklearn fit per seed in this process
-    n = _baselines.MCD_PARALLEL_MIN
-    x = rng.standard_t(3, size=(n, 25, 2))
-    seeds = np.arange(n) + 11
-    want = np.stack([_baselines.mcd(xs, seed=int(s)) for xs, s in zip(x, seeds)])
-    np.testing.assert_array_equal(_baselines._mcd_many(x, seeds), want)
-
-
 def test_results_page_numbers_come_from_the_committed_run():
     # Every "m [lo, hi]" the results page's figures and audit sections quote appears verbatim in the
     # committed figures/summary.md or docs/claims.md (numbers come from the committed run).

@@ -5,24 +5,23 @@ Every estimator maps the domain sample means of one seed, ``x: (K, d)``, to a lo
 element, so the figure runs them over all seeds at once);
 :func:`estimate_all` applies them to the same draws the engine used (``SeedResult.xbar``) for every
 K prefix. Library implementations where one exists (NumPy median, ``scipy.stats.trim_mean``,
-``sklearn.covariance.MinCovDet``); the geometric median and the multivariate Huber estimator are
+``sklearn.covariance.MinCovDet``, whose fits over many seeds run batched with the same results,
+:mod:`poolsim.figures._mcd`); the geometric median and the multivariate Huber estimator are
 written here because neither SciPy nor scikit-learn offers them (each says so below).
 """
 from __future__ import annotations
 
 import math
-import os
-import warnings
 
 import numpy as np
 from scipy import stats
 
+from . import _mcd
+
 TRIM = 0.2  # 20% trimmed mean (cut from each end, per coordinate): the usual default (Wilcox)
 HUBER_Q = 0.9  # Huber threshold: the 90% quantile of the Gaussian radius (chi_d)
-MCD_MIN_RATIO = 10  # MinCovDet only where K >= 10 d ("K >> d") ...
-# ... and only at the final K (and, in the figure, on its first MCD_SEEDS seeds): one sklearn fit
-# costs ~0.1 s, a whole curve (S x nK fits) would dominate the figure run's time budget.
-MCD_PARALLEL_MIN = 32  # MinCovDet fits that go to a process pool (fewer run in this process)
+MCD_MIN_RATIO = 10  # MinCovDet only where K >= 10 d ("K >> d"), and only at the final K (and, in
+# the figure, on its first MCD_SEEDS seeds)
 
 LABELS = {
     "median": "coord.-wise median",
@@ -100,17 +99,10 @@ def huber(x: np.ndarray, *, q: float = HUBER_Q, tol: float = 1e-9, max_iter: int
 
 def mcd(x: np.ndarray, *, seed: int) -> np.ndarray:
     """``sklearn.covariance.MinCovDet`` location (raw MCD, re-weighted); NaN where K < 10 d."""
-    from sklearn.covariance import MinCovDet
-
     K, d = x.shape
     if K < MCD_MIN_RATIO * d:
         return np.full(d, np.nan)
-    with warnings.catch_warnings():
-        # sklearn warns when a small support's covariance is near-singular; the location is still
-        # defined, and the figure only uses the location.
-        warnings.simplefilter("ignore", RuntimeWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        return MinCovDet(random_state=seed).fit(x).location_
+    return _mcd.sklearn_location(x, seed)
 
 
 def _block_means(x: np.ndarray, seed: int) -> np.ndarray:
@@ -119,6 +111,25 @@ def _block_means(x: np.ndarray, seed: int) -> np.ndarray:
     K = x.shape[0]
     perm = np.random.default_rng([seed, K]).permutation(K)
     return np.stack([x[b].mean(axis=0) for b in np.array_split(perm, math.ceil(math.sqrt(K)))])
+
+
+def block_means(x: np.ndarray, seeds) -> np.ndarray:
+    """:func:`_block_means` of every ``x[s]`` with seed ``seeds[s]``: ``x: (S, K, d)`` -> ``(S, B, d)``.
+    The shuffles are drawn per seed; the blocks are gathered and averaged for all seeds at once,
+    the longer blocks first as ``np.array_split`` cuts them (each block mean is the same
+    ``mean(axis=0)`` reduction as the per-seed one, so the numbers are equal)."""
+    S, K, d = x.shape
+    B = math.ceil(math.sqrt(K))
+    if K < 1:
+        raise ValueError(f"x: need at least one domain (K >= 1), got shape {x.shape}")
+    if S == 0:
+        return np.empty((0, B, d))
+    perm = np.stack([np.random.default_rng([int(s), K]).permutation(K) for s in seeds])
+    xp = np.take_along_axis(x, perm[..., None], axis=1)  # (S, K, d) in shuffled order
+    q, r = divmod(K, B)  # r blocks of q + 1 domains, then B - r blocks of q
+    long = xp[:, :r * (q + 1)].reshape(S, r, q + 1, d).mean(axis=2)
+    short = xp[:, r * (q + 1):].reshape(S, B - r, q, d).mean(axis=2)
+    return np.concatenate([long, short], axis=1)
 
 
 def median_of_means(x: np.ndarray, *, seed: int) -> np.ndarray:
@@ -146,8 +157,7 @@ def estimate_all(xbar: np.ndarray, Ks, seeds, outlier: np.ndarray,
         out["trimmed"][:, i] = stats.trim_mean(xs, TRIM, axis=1)
         out["geomedian"][:, i] = geometric_median(xs)
         out["huber"][:, i] = huber(xs)
-        out["mom"][:, i] = geometric_median(np.stack([_block_means(xs[s], int(seeds[s]))
-                                                      for s in range(S)]))
+        out["mom"][:, i] = geometric_median(block_means(xs, seeds))
         out["mcd"][:, i] = np.nan
         if K == Ks[-1]:
             n = S if mcd_seeds is None else min(S, mcd_seeds)
@@ -158,16 +168,9 @@ def estimate_all(xbar: np.ndarray, Ks, seeds, outlier: np.ndarray,
 
 
 def _mcd_many(x: np.ndarray, seeds) -> np.ndarray:
-    """:func:`mcd` of every ``x[s]`` (``x: (S, K, d)`` -> ``(S, d)``), seeded by ``seeds[s]``.
-
-    sklearn's MinCovDet is pure Python/NumPy on these small inputs (~0.05 s a fit, one core), so
-    many fits run in joblib's process pool, one worker per CPU core; the results are those of the
-    sequential loop (each fit has its own seed). Few fits run in this process: starting the
-    workers costs more than they save."""
-    if len(x) >= MCD_PARALLEL_MIN and (os.cpu_count() or 1) > 1:
-        from joblib import Parallel, delayed
-
-        fits = Parallel(n_jobs=-1)(delayed(mcd)(xs, seed=int(s)) for xs, s in zip(x, seeds))
-    else:
-        fits = [mcd(xs, seed=int(s)) for xs, s in zip(x, seeds)]
-    return np.reshape(fits, (len(x), x.shape[-1]))  # (0, d) when there is nothing to fit
+    """:func:`mcd` of every ``x[s]`` (``x: (S, K, d)`` -> ``(S, d)``), seeded by ``seeds[s]``: the
+    fits run batched (:func:`poolsim.figures._mcd.mcd_locations`, scikit-learn's numbers)."""
+    S, K, d = x.shape
+    if K < MCD_MIN_RATIO * d:
+        return np.full((S, d), np.nan)
+    return _mcd.mcd_locations(x, seeds)

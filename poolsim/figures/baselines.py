@@ -19,8 +19,8 @@ TITLE = "Matching vs robust location estimators on the same draws (ours, not in 
 EXPERIMENTS = ("asymptotic", "domain_addition")
 SIMULATIONS: list[tuple[str, dict]] = [(name, {}) for name in EXPERIMENTS]
 MAX_SEEDS = 200  # robust estimators on the first 200 seeds (batched over seeds) ...
-MCD_SEEDS = 200  # ... sklearn MinCovDet on the first 200 of those (~0.2 s a seed; 60 left the
-# domain_addition comparison with MCD undecided)
+MCD_SEEDS = 200  # ... sklearn MinCovDet (fitted batched, _mcd.py) on the first 200 of those
+# (60 left the domain_addition comparison with MCD undecided)
 ENGINE = ("pool", "match")  # engine strategies shown next to the baselines
 LABELS = {**{s: _data.LABELS[s] for s in ENGINE}, **_baselines.LABELS}
 COLORS = {**{s: _data.COLORS[s] for s in ENGINE}, **_baselines.COLORS}
