@@ -31,12 +31,26 @@ process of its own, set up here before JAX, NumPy or torch start their thread po
 * files: every test writes under its own ``tmp_path`` (per worker ``basetemp``); subprocesses pick free
   ports (``torchrun --standalone``, ``socket.bind(("localhost", 0))``).
 
+The quick tier (``-m "not slow"``) runs every parametrised test at every value of each of its parameters,
+not at every combination: :func:`pytest_collection_modifyitems` marks a case ``slow`` when the cases
+before it already cover each of its (parameter, value) pairs (a greedy covering in collection order, the
+same on every worker). The full suite runs every combination.
+
+Bytecode: the suite writes it (pytest's assertion-rewritten test modules, the packages' modules) to the
+git-ignored ``__pycache__`` folders even where ``PYTHONDONTWRITEBYTECODE`` is set, as some CI images and
+this project's workplace do: without it every worker compiles and rewrites all test modules again on every
+run, ~7 s of CPU per worker on the 2-core machine (``benchmarks/results/tests.md``). Child processes the
+tests start keep the environment's setting.
+
 ``python -m pytest -n 0`` runs everything in one process (as the mutation runs do).
 """
 import atexit
 import os
 import shutil
+import sys
 import tempfile
+
+sys.dont_write_bytecode = False
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -65,6 +79,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
+from quick_tier import quick_tier_cases  # noqa: E402  (tests/quick_tier.py)
 
 # Statistical and cross-backend comparisons need float64 on the JAX side too.
 jax.config.update("jax_enable_x64", True)
@@ -79,3 +94,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 @pytest.fixture
 def rng():
     return np.random.default_rng(20260101)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by ``-m``
+def pytest_collection_modifyitems(config, items):
+    for item in quick_tier_cases(items):
+        item.add_marker(pytest.mark.slow)

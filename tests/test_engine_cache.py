@@ -61,6 +61,7 @@ def test_frame_columns_equal_the_row_by_row_definition():
     assert (df.experiment == "domain_addition").all()
 
 
+@pytest.mark.slow
 def test_run_gathers_only_the_frame_fields():
     res, _ = experiments.simulate("domain_addition", seeds=3, fields=experiments.FRAME_FIELDS,
                                   **SMALL)

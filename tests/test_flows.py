@@ -115,6 +115,7 @@ def test_numpy_conditioner_is_the_equinox_mlp(flow, rng):
                                    atol=1e-12)
 
 
+@pytest.mark.slow
 def test_no_global_lipschitz_constant_radius_is_needed(flow):
     # d y2 / d x1 = x2 e^s s'(x1) + t'(x1) grows linearly in |x2| wherever s' != 0: the coupling
     # layer's Jacobian norm is unbounded on R^d, so a bound needs a radius.
@@ -131,6 +132,7 @@ def test_no_global_lipschitz_constant_radius_is_needed(flow):
     assert all(b2 > b1 for b1, b2 in zip(bounds, bounds[1:]))
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(cx=st.floats(-2, 2), cy=st.floats(-2, 2), tau=st.floats(0.05, 1.5),
        seed=st.integers(0, 2**32 - 1))
@@ -143,6 +145,7 @@ def test_thm4_variance_and_concentration_in_latent_balls(flow, cx, cy, tau, seed
     assert np.linalg.norm(x.mean(axis=0) - Tc) <= L * tau  # Thm 4 (4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tau", [0.3, 0.8])
 def test_thm4_on_latent_matched_set_of_the_data(flow, data, tau):
     z = np.asarray(flow.inverse(data))
@@ -155,7 +158,7 @@ def test_thm4_on_latent_matched_set_of_the_data(flow, data, tau):
     assert np.linalg.norm(xs.mean(axis=0) - Tc) <= L * tau
 
 
-def test_bad_input(flow, data):
+def test_bad_fit_input(data):
     with pytest.raises(ValueError, match="d >= 2"):
         flows.fit_flow(0, data[:, :1])
     bad = data.copy()
@@ -166,6 +169,12 @@ def test_bad_input(flow, data):
         flows.fit_flow(0, data, holdout=1.0)
     with pytest.raises(ValueError, match="steps"):
         flows.fit_flow(0, data, steps=0)
+    with pytest.raises(ValueError, match="one key per data set"):
+        flows.fit_flows([0, 1, 2], np.stack([data, data]))
+
+
+@pytest.mark.slow
+def test_bad_input_to_a_fitted_flow(flow):
     with pytest.raises(ValueError, match="flow's dimension"):
         flow.forward(np.zeros((4, 3)))
     with pytest.raises(ValueError, match="flow's dimension"):
@@ -175,5 +184,3 @@ def test_bad_input(flow, data):
     for r in (0.0, -1.0, np.nan):
         with pytest.raises(ValueError, match="radius"):
             flow.lipschitz_bound(r)
-    with pytest.raises(ValueError, match="one key per data set"):
-        flows.fit_flows([0, 1, 2], np.stack([data, data]))

@@ -334,7 +334,7 @@ def test_thm1_limit_iterates_only_moving_cells_with_the_same_numbers(monkeypatch
     np.testing.assert_array_equal(got[..., 1], (p * a)[..., 0] * np.ones_like(c0))
 
 
-@pytest.mark.parametrize("stages", [0, _phase.STAGES])
+@pytest.mark.parametrize("stages", [0, pytest.param(_phase.STAGES, marks=pytest.mark.slow)])
 def test_compacted_matching_equals_the_loop_reference(rng, stages):
     # The map's batched matching (rows still moving gathered into smaller batches, `stages` times)
     # against poolsim._reference.ref_match (Def. 3 with Python loops, float64), row by row: the

@@ -5,9 +5,19 @@ A module is reached when a test file with at least one test outside ``slow`` imp
 when a reached module imports it (at module level or inside a function: the static import graph of the
 source; a package's string naming one of its submodules, as poolsim.figures' registry loaded with
 importlib, counts as an import). A whole file marked ``slow``
-(``pytestmark``) reaches nothing here."""
+(``pytestmark``) reaches nothing here.
+
+A parametrised test runs in the quick tier at every value of each parameter, not at every combination
+(``tests/quick_tier.py``)."""
 import ast
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from quick_tier import quick_tier_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("poolsim", "adsim")
@@ -95,3 +105,41 @@ def test_the_reach_check_can_fail(tmp_path):
     probe.write_text("import pytest\nfrom poolsim import theory\npytestmark = pytest.mark.slow\n\n"
                      "def test_x():\n    assert theory\n")
     assert _reached([probe]) == set()
+
+
+def _case(function, slow=False, **params):
+    return SimpleNamespace(path=Path("test_f.py"), cls=None, originalname=function, name=function,
+                           callspec=SimpleNamespace(params=params),
+                           get_closest_marker=lambda name: object() if slow and name == "slow" else None)
+
+
+def test_the_quick_tier_runs_each_parameter_value_once_not_each_combination():
+    """Worked by hand: cases (a, x), (a, y), (b, x), (b, y) of f: the first three each bring a new value
+    (x; y; b), (b, y) brings none and is skipped. An array value is told apart by identity. A case that
+    is already slow covers nothing, so (c, x) after a slow (c, y) still runs; another function (g) and a
+    test without parameters are never skipped."""
+    a, b, c = np.zeros(2), np.ones(2), np.full(2, 2.0)
+    x, y = "x", "y"
+    cases = [_case("f", m=a, v=x), _case("f", m=a, v=y), _case("f", m=b, v=x), _case("f", m=b, v=y),
+             _case("f", slow=True, m=c, v=y), _case("f", m=c, v=x), _case("g", m=b, v=y)]
+    plain = SimpleNamespace(path=Path("test_f.py"), cls=None, originalname="h", name="h",
+                            get_closest_marker=lambda name: None)
+    assert quick_tier_cases(cases + [plain]) == [cases[3]]
+
+
+@pytest.mark.slow
+def test_quick_collection_keeps_every_value_of_every_parameter():
+    """The hook in tests/conftest.py, through pytest itself: ``-m "not slow"`` collects fewer cases of
+    test_strategies.py's reference test, and at each position of the case id the same values as the full
+    collection."""
+    def ids(*marks):
+        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p",
+                              "no:cacheprovider", *marks, "tests/test_strategies.py"], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout
+        cases = [line.split("[", 1)[1].rstrip("]").split("-") for line in out.splitlines()
+                 if "::test_strategy_matches_reference[" in line]
+        return len(cases), [set(column) for column in zip(*cases)]
+    n_all, values_all = ids()
+    n_quick, values_quick = ids("-m", "not slow")
+    assert 0 < n_quick < n_all
+    assert values_quick == values_all

@@ -35,6 +35,7 @@ def test_match_limit_1d_gaussian_is_truncated_normal_variance():
     assert math.isclose(lim.cov[0, 0], stats.truncnorm.var(-1, 1) + 0.64, rel_tol=1e-10)
 
 
+@pytest.mark.slow
 def test_match_limit_chi2_formula_agrees_with_quadrature_in_2d():
     md = metadist.symmetric_gaussian(1.0, d=2)
     exact = theory.match_limit(md, sigma=0.8, tau=1.0, N=20)

@@ -121,6 +121,7 @@ def _logits(head, x):
 
 
 # poolsim.core.namespace -> array_api_compat's lru_cache'd lookup: dynamo warns that it traces through it
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`")
 def test_starting_a_domain_keeps_the_compiled_graph():
     """The head's forward compiled once (dynamo, ``CompileCounter`` backend: counts the graphs it is

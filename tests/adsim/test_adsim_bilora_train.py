@@ -181,6 +181,7 @@ def _supports(head):
     return {k: v for k, v in head.state_dict().items() if k.rsplit(".", 1)[-1] in bilora.SUPPORTS}
 
 
+@pytest.mark.slow
 def test_a_reloaded_head_scores_bitwise_like_the_trained_one(reference, monkeypatch):
     run, spy = reference
     cfg, trained, backbone = _trained(run, spy)
@@ -219,6 +220,7 @@ def _per_domain_layout(state: dict) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_a_checkpoint_without_saved_supports_loads_with_a_warning(reference, tmp_path, monkeypatch):
     run, spy = reference
     cfg, trained, backbone = _trained(run, spy)
@@ -255,6 +257,7 @@ def test_a_checkpoint_without_saved_supports_loads_with_a_warning(reference, tmp
     assert sum(w.category is bilora.SupportsRederivedWarning for w in rec) == 1
 
 
+@pytest.mark.slow
 def test_a_state_of_another_method_is_refused(reference, tiny):
     run, _ = reference
     cfg = config_from_recipe(recipes.get("bilora"), data="", target="Brain", out="")
@@ -381,6 +384,7 @@ def test_the_compiled_step_is_rebuilt_per_domain_and_trains_like_eager(eager_run
     assert not torch.equal(want["w.1"], torch.full((3,), 0.2))  # domain 1's weights trained
 
 
+@pytest.mark.slow
 def test_a_compile_failure_falls_back_once_for_all_domains(eager_run, toy_root, tmp_path, monkeypatch):
     """A failing backend: one CompileFallbackWarning in the whole run (the later domains train eagerly
     without trying again), recorded in config.json, and the eager run's weights bitwise (nothing ran twice)."""

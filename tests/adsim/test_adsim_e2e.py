@@ -90,6 +90,7 @@ def test_selection_modes(toy_root, tmp_path):
     assert "AUTHORS' PROTOCOL" in json.loads((test / "config.json").read_text())["protocol"]
 
 
+@pytest.mark.slow
 def test_sequential_gate_trains(toy_root, tmp_path):
     run = tmp_path / "seq"
     assert main(["train", "--data", str(toy_root), "--target", "Brain", "--train-domains", "Liver",
@@ -112,6 +113,7 @@ def test_cli_bad_input(toy_root, tmp_path, args, capsys):
     assert "error:" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_eval_refuses_training_domain_and_bad_run(toy_root, tmp_path, capsys):
     assert main(["eval", "--run", str(tmp_path), "--data", str(toy_root)]) == 2
     assert "not a run folder" in capsys.readouterr().err

@@ -144,6 +144,7 @@ def test_bank_slerp_equals_the_loop_and_survives_its_buffer_update_before_backwa
     assert torch.isfinite(x.grad).all()
 
 
+@pytest.mark.slow
 def test_slerp_at_one_half_is_the_renormalised_ema_and_differs_elsewhere():
     # the midpoint of the arc between unit c and f is (c + f) / ||c + f||: at alpha = 0.5 the slerp and
     # the renormalised EMA of the paper are the same update (up to rounding); at alpha = 0.3 they differ

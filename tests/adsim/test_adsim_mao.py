@@ -177,6 +177,7 @@ def test_the_method_weights_the_domain_whose_prototypes_an_image_is_near(tiny):
     torch.testing.assert_close(w.sum(1), torch.ones(2))
 
 
+@pytest.mark.slow
 def test_the_attraction_term_teaches_the_weights_the_source_domains(toy_root, tiny):
     # only the attraction term (beta_* = 0): 60 Adam steps (lr 1e-2) on the toy test images of three source
     # domains; afterwards the harmonization weights give each image's own domain more than chance (1/3) on

@@ -351,6 +351,7 @@ def test_retina_pictures_through_zero_shot_winclip_and_a_trained_toy_run(toy_roo
     assert [r["window"] for r in zs.records] == ["8-bit [0, 255]"] * 2
 
 
+@pytest.mark.slow
 def test_shots_from_a_volume_leave_its_other_slices_scored(toy_root, tmp_path):
     run = tmp_path / "run"
     assert main(["train", "--data", str(toy_root), "--target", "Brain", "--train-domains", "Liver", "--epochs", "1",

@@ -81,6 +81,7 @@ def test_da_equals_eq15_on_the_auc_rows(quick_run):
         assert row["da"] == pytest.approx(hand, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_resume_recomputes_only_deleted_cells(quick_run, tmp_path):
     out0, argv = quick_run
     out = tmp_path / "copy"

@@ -308,6 +308,7 @@ REFERENCE_QUICK_GELU = {"paper": True, "authors": False, "clean": True, "mvfa": 
                         "aprilgan": False, "bilora": True, "adaclip": False, "mao": True}
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 def test_each_recipe_runs_its_references_activation_and_the_flag_overrides_it(toy_root, tmp_path):
     import open_clip
