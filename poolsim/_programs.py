@@ -80,17 +80,16 @@ def source_digest(root: Path | None = None) -> str:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=1)
-def environment() -> str:
-    """What every key of this process shares: store format, Python, JAX, jaxlib, backend and device
-    kind, ``XLA_FLAGS``, CPU and poolsim's source (see the module docstring). Computed once."""
+def environment_parts() -> dict:
+    """The parts of :func:`environment`, by name: ``format``, ``python``, ``jax``, ``jaxlib``,
+    ``platform``, ``platform_version``, ``device_kind``, ``xla_flags``, ``cpu``, ``poolsim_source``."""
     import jax
     import jaxlib
 
     from jax.extend import backend as jex_backend
 
     be = jex_backend.get_backend()
-    parts = {
+    return {
         "format": _FORMAT,
         "python": sys.version,
         "jax": jax.__version__,
@@ -102,7 +101,14 @@ def environment() -> str:
         "cpu": _cpu_description(),
         "poolsim_source": source_digest(),
     }
-    return "\n".join(f"{k}={v}" for k, v in parts.items())
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> str:
+    """What every key of this process shares (:func:`environment_parts`: store format, Python,
+    JAX, jaxlib, backend and device kind, ``XLA_FLAGS``, CPU and poolsim's source), as one
+    string. Computed once per process."""
+    return "\n".join(f"{k}={v}" for k, v in environment_parts().items())
 
 
 def _flags() -> tuple:
@@ -120,7 +126,7 @@ def _signature(args: tuple) -> tuple:
     import numpy as np
 
     leaves, tree = jax.tree.flatten(args)
-    return (str(tree),) + tuple((tuple(np.shape(a)), str(np.result_type(a)),
+    return (str(tree),) + tuple((tuple(np.shape(a)), str(getattr(a, "dtype", None) or np.asarray(a).dtype),
                                  bool(getattr(a, "weak_type", False))) for a in leaves)
 
 
