@@ -179,8 +179,10 @@ class Program:
             except Exception as exc:  # any unreadable entry: compile again and replace it
                 _cache.warn_once("read", f"poolsim: the stored program {path} cannot be used "
                                  f"({type(exc).__name__}: {exc}); compiling it again", stacklevel=3)
-        exe = self._compile(args)
+        exe, fresh = self._compile(args)
         self.compiled += 1
+        if not fresh:  # served by JAX's cache after all: cannot be stored (see _compile)
+            return exe
         try:
             payload = _dumps(exe)
         except Exception as exc:
@@ -200,26 +202,49 @@ class Program:
         return exe
 
     def _compile(self, args: tuple):
-        """Trace, lower and compile ``fn`` for ``args`` -- a fresh compile, never an executable
-        loaded from JAX's persistent cache: XLA's CPU executables loaded from a serialized form
-        cannot be serialized again (they run, but a copy stored from them fails to load: measured,
-        jax 0.10). So for this compile JAX's cache key includes the program's source locations
-        (a key no other compile uses, so the lookup misses) and nothing is written there (the store
-        holds it)."""
+        """Trace, lower and compile ``fn`` for ``args``: ``(executable, fresh)``, ``fresh`` false
+        when JAX's persistent cache served it. Only a fresh executable may be stored: XLA's CPU
+        executables loaded from a serialized form cannot be serialized again (the copy loads but
+        fails when run: "Function ... not found", measured with jax 0.10). So for this compile
+        JAX's cache key includes the program's source locations (a key that poolsim's other
+        compiles do not use, so the lookup misses) and nothing is written there (the store holds
+        it); a hit all the same (someone keeps that key: JAX's cache-hit event) is reported as
+        not fresh."""
         import jax
 
         lowered = self.fn.trace(*args).lower()
         with _compile_lock:
+            _watch_hits()
             cfg = jax.config
             saved = (cfg.jax_compilation_cache_include_metadata_in_key,
                      cfg.jax_persistent_cache_min_compile_time_secs)
             cfg.update("jax_compilation_cache_include_metadata_in_key", True)
             cfg.update("jax_persistent_cache_min_compile_time_secs", float("inf"))
+            hits = _hits[0]
             try:
-                return lowered.compile()
+                exe = lowered.compile()
             finally:
                 cfg.update("jax_compilation_cache_include_metadata_in_key", saved[0])
                 cfg.update("jax_persistent_cache_min_compile_time_secs", saved[1])
+            return exe, _hits[0] == hits
+
+
+_hits = [0]  # JAX persistent-cache hits in this process, once :func:`_watch_hits` ran
+_watching: list = []
+
+
+def _watch_hits() -> None:
+    """Count JAX's persistent-cache hits (``jax.monitoring`` event), from the first call on."""
+    if _watching:
+        return
+    import jax
+
+    def listener(event: str, **_):
+        if event == "/jax/compilation_cache/cache_hits":
+            _hits[0] += 1
+
+    jax.monitoring.register_event_listener(listener)
+    _watching.append(listener)
 
 
 def _multi_process() -> bool:

@@ -287,6 +287,33 @@ def test_program_store_on_off_and_loaded(monkeypatch, tmp_path):
     assert len(list((tmp_path / "programs").iterdir())) == 2
 
 
+def test_executable_from_jax_cache_is_not_stored(monkeypatch, tmp_path):
+    # An executable that JAX's persistent cache served cannot be serialized again (its copy fails
+    # when run), so it must not reach the store. The store's compile uses a key no poolsim compile
+    # writes; should JAX report a hit all the same (its cache-hit event, as JAX records it in
+    # compile_or_get_cached), the program runs but is not stored.
+    import jax
+
+    from poolsim import _programs
+
+    real = jax.stages.Lowered.compile
+
+    def served_from_cache(self, *a, **k):
+        jax.monitoring.record_event("/jax/compilation_cache/cache_hits")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", served_from_cache)
+    monkeypatch.setenv("POOLSIM_CACHE_DIR", str(tmp_path))
+    x = np.arange(7, dtype=np.float32)
+    prog = _programs.Program(jax.jit(lambda v: 3 * v + 0.5), "triple", "triple")
+    np.testing.assert_array_equal(prog(x), 3 * x + 0.5)
+    assert prog.compiled == 1 and not (tmp_path / "programs").exists()
+    monkeypatch.setattr(jax.stages.Lowered, "compile", real)
+    again = _programs.Program(jax.jit(lambda v: 3 * v + 0.5), "triple", "triple")
+    np.testing.assert_array_equal(again(x), 3 * x + 0.5)  # a fresh compile is stored
+    assert again.compiled == 1 and len(list((tmp_path / "programs").iterdir())) == 1
+
+
 def test_chunk_medians_of_own_rows_equal_the_whole_chunk(rng):
     # The padded rows of a chunk repeat its last seed: their medians are copied, not computed.
     spec, _ = experiments.spec("domain_addition", **SMALL)
