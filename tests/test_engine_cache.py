@@ -200,6 +200,9 @@ def test_every_environment_part_is_in_the_key(monkeypatch):
     from poolsim import _programs
 
     parts = _programs.environment_parts()
+    assert set(parts) == {"format", "python", "jax", "jaxlib", "platform", "platform_version",
+                          "device_kind", "xla_flags", "cpu", "poolsim_source"}
+    assert parts["xla_flags"] == os.environ.get("XLA_FLAGS", "")
     assert parts["jax"] == jax.__version__ and parts["jaxlib"] == jaxlib.__version__
     assert parts["device_kind"] == jax.local_devices()[0].device_kind
     assert parts["platform"] == jax.default_backend()
