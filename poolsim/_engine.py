@@ -680,9 +680,12 @@ def host_medians_outside(spec: Spec, ndev: int = 1) -> bool:
 
 
 def _compiled(spec: Spec, dtype_name: str, ndev: int = 1) -> tuple[Callable, Callable]:
-    """The engine's two jitted programs per (spec, dtype, devices), :func:`_draw_batch` and
+    """The engine's two programs per (spec, dtype, devices), :func:`_draw_batch` and
     :func:`_batch` (``est(draw(seeds))``, or ``est(draws, medians)`` where
-    :func:`host_medians_outside`): the compile-count test checks each traces once.
+    :func:`host_medians_outside`): the compile-count test checks each traces once. Each is a
+    :class:`poolsim._programs.Program` around the ``jax.jit`` of the function: on one device, for
+    a spec with a storable sampler (:func:`store_ident`), its compiled executables are kept in
+    the per-user program store, so another process loads them instead of tracing and compiling.
 
     On ``ndev > 1`` local devices each program is a ``shard_map`` over the seed axis: every device
     runs the whole computation on its own block of seeds (its own matching loops, its own trip
