@@ -281,37 +281,72 @@ def split_table(rows) -> str:
 _FIRST_CALL = """
 import sys, time
 t0 = time.perf_counter()
-from poolsim import experiments
+from poolsim import _engine, experiments
 t1 = time.perf_counter()
+got = [0.0]
+try:
+    from poolsim import _programs
+except ImportError:  # a revision without the program store (a baseline)
+    _programs = None
+else:
+    real = _programs.Program._load_or_compile
+
+    def timed(self, *a):  # time spent loading (or tracing and compiling) the programs
+        t = time.perf_counter()
+        try:
+            return real(self, *a)
+        finally:
+            got[0] += time.perf_counter() - t
+
+    _programs.Program._load_or_compile = timed
 experiments.run(sys.argv[1], seeds=100)
 t2 = time.perf_counter()
 experiments.run(sys.argv[1], seeds=100)
 t3 = time.perf_counter()
-print(f"{t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f}")
+if _programs is None:
+    print(f"{t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f} - - -")
+else:
+    progs = _engine._compiled(experiments.spec(sys.argv[1])[0], "float32")
+    print(f"{t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f} {got[0]:.3f} "
+          f"{sum(p.loaded for p in progs)} {sum(p.compiled for p in progs)}")
 """
 
 
-def first_call(names=("domain_addition", "asymptotic")) -> str:
-    """The first ``run(name, seeds=100)`` of a fresh process, with an empty persistent
-    compilation cache (a new temporary ``POOLSIM_CACHE_DIR``) and then in a second fresh process
-    with the cache the first one wrote; also the import time and a second call in the same
-    process (no compilation at all)."""
+def first_call(names=("domain_addition", "asymptotic"), warm: int = 1,
+               baseline: str | None = None) -> str:
+    """The first ``run(name, seeds=100)`` of a fresh process, with empty compile caches (a new
+    temporary ``POOLSIM_CACHE_DIR``) and then in ``warm`` more fresh processes with what the first
+    one stored; also the import time, a second call in the same process (nothing to load or
+    compile), the time the first call spent obtaining its programs (loading them from the program
+    store, or tracing, lowering and compiling them) and how many were loaded / compiled.
+    ``baseline``: also the same processes with the poolsim of that source tree (e.g. a ``git
+    archive`` export of another revision), interleaved with this one's, experiment by experiment."""
     import subprocess
     import tempfile
 
-    rows = ["| experiment | process | cache | import (s) | first `run` (s) | second `run` (s) |",
-            "|---|---|---|---:|---:|---:|"]
+    rows = ["| experiment | poolsim | process | cache | load | import (s) | first `run` (s) | of it: "
+            "programs loaded or compiled (s) | programs loaded / compiled | second `run` (s) |",
+            "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = [("this", here)] + ([("baseline", os.path.abspath(baseline))] if baseline else [])
     for name in names:
-        with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, POOLSIM_CACHE_DIR=tmp)
-            env.pop("JAX_COMPILATION_CACHE_DIR", None)
-            for which, state in (("first", "empty (cold)"), ("second", "written by the first (warm)")):
-                out = subprocess.run([sys.executable, "-c", _FIRST_CALL, name], env=env, check=True,
-                                     capture_output=True, text=True).stdout.split()
-                rows.append(f"| {name} | {which} | {state} | {out[0]} | {out[1]} | {out[2]} |")
-    return (f"First call in a fresh process (load {os.getloadavg()[0]:.1f}): `run(name, seeds=100)`, "
-            "default parameters (materialised path), target <= 1 s with a warm cache.\n\n"
-            + "\n".join(rows) + "\n\n")
+        for label, tree in trees:
+            with tempfile.TemporaryDirectory() as tmp:
+                env = dict(os.environ, POOLSIM_CACHE_DIR=tmp, PYTHONPATH=tree)
+                env.pop("JAX_COMPILATION_CACHE_DIR", None)
+                procs = [("1st", "empty (cold)")] + [
+                    (f"{i + 2}{'nd' if i == 0 else 'rd' if i == 1 else 'th'}",
+                     "written by the 1st (warm)") for i in range(warm)]
+                for which, state in procs:
+                    load = os.getloadavg()[0]
+                    out = subprocess.run([sys.executable, "-c", _FIRST_CALL, name], env=env,
+                                         check=True, cwd=tree, capture_output=True,
+                                         text=True).stdout.split()
+                    rows.append(f"| {name} | {label} | {which} | {state} | {load:.1f} | {out[0]} | "
+                                f"{out[1]} | {out[3]} | {out[4]} / {out[5]} | {out[2]} |")
+    return ("First call in a fresh process: `run(name, seeds=100)`, default parameters (materialised "
+            "path: 100 seeds in one padded chunk of 1,024), target <= 1 s with a warm cache; 'load' "
+            "is the 1-min load average when the process started.\n\n" + "\n".join(rows) + "\n\n")
 
 
 def targets(rows) -> str:
@@ -370,10 +405,29 @@ def main(argv=None) -> str:
                     help="seed counts of the time split (programs / reduction / transfer / host)")
     ap.add_argument("--split-experiments", nargs="+",
                     default=["domain_addition", "asymptotic", "symmetric"])
+    ap.add_argument("--first-call-only", type=int, default=0, metavar="WARM",
+                    help="only the fresh-process first-call timings, with WARM warm processes per "
+                         "experiment after the cold one (own section of the results file)")
+    ap.add_argument("--first-call-baseline", default=None, metavar="DIR",
+                    help="with --first-call-only: also time the poolsim of this source tree (e.g. "
+                         "a `git archive` export of main) in the same run")
     ap.add_argument("--no-first-call", action="store_true",
                     help="skip the fresh-process first-call timings (cold / warm cache)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
+    if args.first_call_only:
+        import subprocess
+
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        body = (f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine_info()}, commit "
+                f"{commit or 'unknown'}.\nCommand: "
+                f"`python benchmarks/montecarlo.py {' '.join(sys.argv[1:] if argv is None else argv)}`.\n\n"
+                + first_call(warm=args.first_call_only, baseline=args.first_call_baseline))
+        print(body)
+        if not args.no_write:
+            write_section(args.out, "First call in a fresh process (CPU)", body)
+        return body
     from tqdm import tqdm
 
     load = [os.getloadavg()[0]]

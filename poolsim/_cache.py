@@ -55,7 +55,23 @@ _jax_state: dict = {}
 
 
 class CacheWarning(UserWarning):
-    """The compilation cache folder cannot be used; the run goes on without it."""
+    """A compilation cache folder or entry cannot be used; the run goes on without it."""
+
+
+_warned: set = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(kind: str, message: str, stacklevel: int = 3) -> None:
+    """One :class:`CacheWarning` per ``kind`` per process (``"write"``: a cache folder cannot be
+    written, ``"read"``: a stored entry cannot be loaded); later problems of the same kind are
+    silent, and the run goes on. ``stacklevel`` counts from the caller of this function, as
+    ``warnings.warn``'s does from its caller."""
+    with _warned_lock:
+        if kind in _warned:
+            return
+        _warned.add(kind)
+    warnings.warn(message, CacheWarning, stacklevel=stacklevel + 1)
 
 
 def enable_jax_cache() -> Path | None:
@@ -94,9 +110,9 @@ def _setup_jax_cache() -> Path | None:
             probe.write(b"poolsim")
             probe.flush()
     except OSError as exc:
-        warnings.warn(f"poolsim: the compilation cache folder {path} cannot be written "
-                      f"({exc.strerror or exc}); programs are compiled without a persistent cache. "
-                      f"Set {ENV_VAR} to a writable folder, or to 'off'.", CacheWarning, stacklevel=3)
+        warn_once("write", f"poolsim: the compilation cache folder {path} cannot be written "
+                  f"({exc.strerror or exc}); programs are compiled without a persistent cache. "
+                  f"Set {ENV_VAR} to a writable folder, or to 'off'.", stacklevel=3)
         return None
     jax.config.update("jax_persistent_cache_min_compile_time_secs", JAX_MIN_COMPILE_SECONDS)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

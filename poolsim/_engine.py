@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _cache, _core, _rng
+from . import _cache, _core, _programs, _rng
 
 STRATEGIES = ("pool", "subsample", "match")
 
@@ -42,7 +42,10 @@ STRATEGIES = ("pool", "subsample", "match")
 class Spec(NamedTuple):
     """Static description of one experiment run (hashable: it keys the compiled-function cache).
 
-    ``sample_means``: ``key -> (K_max, d)`` (the meta-distribution's sampler). ``Ks``: increasing K
+    ``sample_means``: ``key -> (K_max, d)`` (the meta-distribution's sampler); a sampler with a
+    ``store_key`` string attribute (equal strings: samplers that trace alike in every process with
+    the same poolsim source) lets the compiled programs be stored across processes
+    (:func:`store_ident`, :mod:`poolsim._programs`). ``Ks``: increasing K
     values. ``init``: "median" | "mean" | "target". ``m_frac``: subsampling takes
     ``m = ceil(m_frac K)`` domains, ``n_sub`` points each.
     """
@@ -355,6 +358,19 @@ def host_prefix_medians(x: np.ndarray, n: int, Ks, block: int = 64, batch: int =
     return np.moveaxis(out.reshape(*lead, d, len(Ks)), -1, -2)
 
 
+def _chunk_medians(samples: np.ndarray, k: int, spec: Spec) -> np.ndarray:
+    """:func:`host_prefix_medians` of a chunk's ``samples: (chunk, K_max, n, d)`` whose first
+    ``k`` rows are its own seeds and the rest padding: copies of row ``k - 1``'s seed
+    (:func:`_simulate_local` pads with the last seed), whose medians are therefore row
+    ``k - 1``'s. Computed for the ``k`` rows only (each row's medians depend on that row alone)
+    -> ``(chunk, nK, d)``, the same array as for every row."""
+    chunk = samples.shape[0]
+    med = host_prefix_medians(samples[:k].reshape(k, -1, spec.d), spec.n, spec.Ks)
+    if k == chunk:
+        return med
+    return np.concatenate([med, np.broadcast_to(med[-1:], (chunk - k,) + med.shape[1:])])
+
+
 def _grouped_medians(pts, n: int, Ks: tuple, host: bool = True):
     """Prefix medians ``(nK, d)`` of one seed's ``pts: (G n, d)`` in groups of ``n`` consecutive
     rows (the samples of a domain): on a CPU backend with ``host`` through
@@ -664,9 +680,12 @@ def host_medians_outside(spec: Spec, ndev: int = 1) -> bool:
 
 
 def _compiled(spec: Spec, dtype_name: str, ndev: int = 1) -> tuple[Callable, Callable]:
-    """The engine's two jitted programs per (spec, dtype, devices), :func:`_draw_batch` and
+    """The engine's two programs per (spec, dtype, devices), :func:`_draw_batch` and
     :func:`_batch` (``est(draw(seeds))``, or ``est(draws, medians)`` where
-    :func:`host_medians_outside`): the compile-count test checks each traces once.
+    :func:`host_medians_outside`): the compile-count test checks each traces once. Each is a
+    :class:`poolsim._programs.Program` around the ``jax.jit`` of the function: on one device, for
+    a spec with a storable sampler (:func:`store_ident`), its compiled executables are kept in
+    the per-user program store, so another process loads them instead of tracing and compiling.
 
     On ``ndev > 1`` local devices each program is a ``shard_map`` over the seed axis: every device
     runs the whole computation on its own block of seeds (its own matching loops, its own trip
@@ -680,7 +699,21 @@ def _compiled(spec: Spec, dtype_name: str, ndev: int = 1) -> tuple[Callable, Cal
 def _compiled_cached(spec: Spec, dtype_name: str, ndev: int) -> tuple[Callable, Callable]:
     dtype = jnp.dtype(dtype_name)
     fns = (functools.partial(_draw_batch, spec, dtype), functools.partial(_batch, spec, dtype))
-    return tuple(jax.jit(_per_device(f, ndev)) for f in fns)
+    ident = store_ident(spec, dtype_name, ndev)
+    return tuple(_programs.Program(jax.jit(_per_device(f, ndev)), name, ident)
+                 for f, name in zip(fns, ("draws", "estimates")))
+
+
+def store_ident(spec: Spec, dtype_name: str | None, ndev: int) -> str | None:
+    """What decides the engine's programs for ``spec`` apart from the argument shapes and the
+    environment (:mod:`poolsim._programs`): the spec with its sampler's ``store_key``, the dtype
+    and the device count. ``None`` (the programs are not stored across processes) when the sampler
+    has no ``store_key`` string -- nothing then says two processes' samplers trace alike -- or
+    on several devices."""
+    key = getattr(spec.sample_means, "store_key", None)
+    if not isinstance(key, str) or ndev != 1:
+        return None
+    return repr((tuple(spec._replace(sample_means=key)), dtype_name, ndev))
 
 
 @functools.lru_cache(maxsize=8)
@@ -693,7 +726,8 @@ def _compiled_vmapped(spec: Spec, dtype_name: str, ndev: int = 1):
 
 @functools.lru_cache(maxsize=64)
 def _compiled_moments(spec: Spec, ndev: int = 1):
-    return jax.jit(_per_device(functools.partial(_moments, spec), ndev))
+    return _programs.Program(jax.jit(_per_device(functools.partial(_moments, spec), ndev)),
+                             "moments", store_ident(spec, None, ndev))
 
 
 def _per_device(f: Callable, ndev: int) -> Callable:
@@ -859,8 +893,7 @@ def _simulate_local(spec: Spec, seeds: np.ndarray, n_valid: int, *, dtype: str, 
             if outside:
                 draw_fn, est_fn = fns
                 out = draw_fn(out)
-                medians = host_prefix_medians(np.asarray(out.samples).reshape(chunk, -1, spec.d),
-                                              spec.n, spec.Ks)
+                medians = _chunk_medians(np.asarray(out.samples), min(chunk, S - i * chunk), spec)
                 out = est_fn(out, medians)
             else:
                 for fn in fns:

@@ -137,10 +137,13 @@ def resolve(name: str, params: dict) -> tuple[dict, md.MetaDist]:
 class _Sampler:
     """``key -> (K_max, d)`` means; equal (and hashing equal) when built from the same experiment
     parameters, so a second :func:`spec` call with the same arguments reuses the compiled engine.
-    A user-supplied ``metadist`` compares by identity."""
+    A user-supplied ``metadist`` compares by identity. ``store_key``: the parameters as a string
+    when they alone decide the sampler (a registered experiment's meta-distribution), so that
+    the engine's compiled programs can be stored across processes; ``None`` for a user-supplied
+    ``metadist``."""
 
-    def __init__(self, dist: md.MetaDist, K_max: int, ident: Any):
-        self.dist, self.K_max, self.ident = dist, K_max, ident
+    def __init__(self, dist: md.MetaDist, K_max: int, ident: Any, store_key: str | None = None):
+        self.dist, self.K_max, self.ident, self.store_key = dist, K_max, ident, store_key
 
     def __call__(self, key):
         return self.dist.sample(key, self.K_max)
@@ -159,7 +162,8 @@ def spec(name: str, **params) -> tuple[_engine.Spec, dict]:
     mu = tuple(float(v) for v in dist.mu_star)
     ident = (name, K_max, id(dist)) if P["metadist"] is not None else (
         name, K_max, repr(sorted((k, v) for k, v in P.items() if k != "metadist")))
-    return _engine.Spec(_Sampler(dist, K_max, ident), K_max, P["d"], P["Ks"], int(P["n"]),
+    store_key = None if P["metadist"] is not None else repr(ident)
+    return _engine.Spec(_Sampler(dist, K_max, ident, store_key), K_max, P["d"], P["Ks"], int(P["n"]),
                         float(P["sigma"]), float(P["tau"]), P["metric"], P["init"], float(P["tol"]),
                         int(P["max_iter"]), float(P["m_frac"]), int(P["n_sub"]), mu,
                         bool(P["materialize"])), P
