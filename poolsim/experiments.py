@@ -1,7 +1,7 @@
 """The paper's synthetic experiments (Appendix "Synthetic Validation of Theoretical Guarantees").
 
 ``run(name, *, seeds, **params) -> pandas.DataFrame`` -- one tidy row per (strategy, seed, K) with
-``eps = ||estimate - mu_*||_2``. Defaults are the paper's parameters; values the paper leaves out
+``eps = ||estimate - mu_*||_2`` (float64; column dtypes: :func:`run`). Defaults are the paper's parameters; values the paper leaves out
 are our choices, marked "(ours)" below, and every one is a parameter.
 
 Common parameters (all experiments):
@@ -315,9 +315,16 @@ def run(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = 
         distributed: bool = False, **params) -> pd.DataFrame:
     """Run a registered experiment for ``seeds`` (a count S -> seeds 0..S-1, or a list of seeds).
 
-    Same seeds and parameters -> identical frames (:func:`frame`: categorical name columns,
-    one column per array). Only the fields the frame reads cross from the device. See the module
-    docstring for parameters and ``EXPERIMENTS[name].description`` for each experiment's set-up.
+    Returns the per-seed frame (:func:`frame`): ``S * len(Ks) * 3`` rows, one per (seed, K,
+    strategy), seed-major. Columns and dtypes: ``experiment``, ``strategy`` categorical;
+    ``seed`` uint32; ``K``, ``n_domains``, ``n_iter`` int32; ``converged`` bool; ``eps`` float64;
+    ``est_0`` .. ``est_{d-1}`` in the engine's ``dtype`` (float32 by default). pandas reduces a
+    float32 column in float32: ``df.est_0.astype(float)`` before ``mean``/``var`` for float64
+    accumulation (``eps`` is float64 already; :func:`ci95` and :func:`poolsim.decide_claim` cast).
+
+    Same seeds and parameters -> identical frames. Only the fields the frame reads cross from the
+    device. See the module docstring for parameters and ``EXPERIMENTS[name].description`` for
+    each experiment's set-up.
     ``distributed=True`` runs the seeds across the processes of a ``jax.distributed`` job (module
     docstring; raises RuntimeError if ``jax.distributed`` was not initialised).
     """
