@@ -1,8 +1,9 @@
 """The paper's synthetic experiments (Appendix "Synthetic Validation of Theoretical Guarantees").
 
 ``run(name, *, seeds, **params) -> pandas.DataFrame`` -- one tidy row per (strategy, seed, K) with
-``eps = ||estimate - mu_*||_2`` (float64; column dtypes: :func:`run`). Defaults are the paper's parameters; values the paper leaves out
-are our choices, marked "(ours)" below, and every one is a parameter.
+``eps = ||estimate - mu_*||_2`` (float64; the column dtypes: :func:`run`). Defaults are the paper's
+parameters; values the paper leaves out are our choices, marked "(ours)" below, and every one is a
+parameter.
 
 Common parameters (all experiments):
 
