@@ -36,18 +36,13 @@ import time
 
 import numpy as np
 
-NOTE = ("What changed in this pass (programs, CPU): subsampling's random numbers are drawn only "
-        "for the domains each K step reads (`poolsim._rng.prefix_draw`: Threefry is counter-based, "
-        "so the kept entries get the counters of their places in the full array and are the same "
-        "numbers; 455 of 780 entries per array at K = 5..30) -- the sufficient path's normals `z` "
-        "and collision sums `q`, the materialised path's resampling indices; the materialised path "
-        "no longer draws `z` at all (it never read it). The estimates program puts them in place "
-        "once, behind an optimization barrier (fused into every reader, the gathers cost ~15% of "
-        "that program). Per-seed results bit-identical to main for 2,000 seeds of every registered "
-        "set-up (`benchmarks/engine_fingerprint.py` on both revisions, same machine), and tested "
-        "against drawing every entry (tests/test_engine_draws.py). The draws program of a 1,024-seed "
-        "chunk took ~40% of the sufficient path's time before and ~15-20% after (process CPU "
-        "time, interleaved A/B under load 10-12).\n\n")
+NOTE = ("What changed in this pass (host, `run`'s frame): the per-seed frame is built from "
+        "as few new bytes as it can be -- `n_domains` and `est_*` are views of the gathered engine "
+        "arrays (`est_*` in the engine's dtype, float32 by default), `seed` is uint32 and `K`, "
+        "`n_iter` int32 (were int64 and float64 columns), `eps` is formed in row blocks without a "
+        "full-size float64 temporary: ~180 MB of new columns at 10^5 seeds where it was ~650 MB. "
+        "Same numbers: the frame's values equal the engine arrays exactly and `eps` is bitwise "
+        "the same (tests/test_engine_frame.py).\n\n")
 
 
 def machine_info() -> str:
@@ -165,35 +160,71 @@ def profile(S: int = 2048) -> str:
         "; ".join(out) + ".\n\n"
 
 
+def interleaved(calls: dict, repeat: int) -> dict:
+    """``{name: [(wall s, process CPU s), ...]}``: the calls timed in turn, ``repeat`` rounds
+    (each round calls every one once), so that every call sees the same stretch of the machine's
+    load. CPU time counts every thread of this process (XLA's included)."""
+    out = {k: [] for k in calls}
+    for _ in range(repeat):
+        for k, f in calls.items():
+            t, c = time.perf_counter(), time.process_time()
+            f()
+            out[k].append((time.perf_counter() - t, time.process_time() - c))
+    return out
+
+
+def _warm(name: str, **kw) -> None:
+    """Compile the chunk-size programs of ``summarize`` and ``run`` with a cheap call (two chunks
+    of :data:`poolsim._engine.SMALL_CHUNK`-plus seeds take the same compiled shape as any larger
+    run)."""
+    from poolsim import _engine
+    from poolsim import experiments as ex
+
+    small = 2 * _engine.SMALL_CHUNK + 1
+    ex.summarize(name, seeds=small, **kw)
+    ex.run(name, seeds=small, **kw)
+
+
 def user_calls(S: int, repeat: int) -> str:
     """Issue 31's targets at ``S`` seeds (sufficient path): what a user calls -- ``run`` (per-seed
-    frame), ``summarize`` (on-device reduction), ``simulate`` of the frame's fields, the frame
-    build alone -- and the materialised ``simulate``, each against the NumPy reference timed in
-    the same run (on at most 300 seeds, scaled). Best of ``repeat`` warm calls."""
+    frame) and ``summarize`` (on-device reduction), timed interleaved (:func:`interleaved`),
+    ``simulate`` of the frame's fields and the frame build alone -- and the materialised
+    ``simulate``, each against the NumPy reference timed in the same run (on at most 300 seeds,
+    scaled). Best of ``repeat`` warm calls."""
     from poolsim import experiments as ex
 
     def best(f):
-        return min(call_times(f, iters=repeat, warmup=1))
+        return min(call_times(f, iters=repeat))
 
     ref = time_reference(300) / 300 * S
     kw = dict(seeds=S, materialize=False)
-    t_run = best(lambda: ex.run("domain_addition", **kw))
-    t_sum = best(lambda: ex.summarize("domain_addition", **kw))
+    _warm("domain_addition", materialize=False)
+    _warm("domain_addition", materialize=True)
+    pair = interleaved({"run": lambda: ex.run("domain_addition", **kw),
+                        "summarize": lambda: ex.summarize("domain_addition", **kw)}, repeat)
+    t_run, t_sum = (min(w for w, _ in pair[k]) for k in ("run", "summarize"))
+    c_run, c_sum = (min(c for _, c in pair[k]) for k in ("run", "summarize"))
+    rounds = [r[0] / s[0] for r, s in zip(pair["run"], pair["summarize"])]
     t_sim = best(lambda: ex.simulate("domain_addition", fields=ex.FRAME_FIELDS, **kw))
     res, P = ex.simulate("domain_addition", fields=ex.FRAME_FIELDS, **kw)
     t_frame = best(lambda: ex.frame("domain_addition", res, P))
+    res = None
     t_mat = best(lambda: ex.simulate("domain_addition", seeds=S, fields=ex.FRAME_FIELDS))
     met = lambda r, t: f"{r:,.0f}x ({'met' if r >= t else 'NOT met'}, target >= {t}x)"  # noqa: E731
-    return (f"User calls at {S:,} seeds (best of {repeat}; reference {ref:,.0f} s scaled from 300 "
+    return (f"User calls at {S:,} seeds (best of {repeat}, `run` and `summarize` interleaved; "
+            f"load {os.getloadavg()[0]:.1f}; reference {ref:,.0f} s scaled from 300 "
             f"seeds): sufficient `run` {t_run:.2f} s = {met(ref / t_run, 350)}; `summarize` "
-            f"{t_sum:.2f} s = {met(ref / t_sum, 350)}; `run` / `summarize` {t_run / t_sum:.2f} "
-            f"(target <= 1.15); of `run`: `simulate` of the frame's fields {t_sim:.2f} s, frame "
-            f"{t_frame:.2f} s; materialised `simulate` {t_mat:.2f} s = {met(ref / t_mat, 50)}.\n\n")
+            f"{t_sum:.2f} s = {met(ref / t_sum, 350)}; `run` / `summarize` {t_run / t_sum:.3f} "
+            f"wall, {c_run / c_sum:.3f} CPU time (target <= 1.15; per round, wall: "
+            f"{', '.join(f'{r:.3f}' for r in rounds)}); of `run`: `simulate` of the frame's "
+            f"fields {t_sim:.2f} s, frame (rebuilt from the same arrays) {t_frame:.2f} s; "
+            f"materialised `simulate` {t_mat:.2f} s = {met(ref / t_mat, 50)}.\n\n")
 
 
-def split(S: int, name: str = "domain_addition", materialize: bool = False) -> dict:
+def split(S: int, name: str = "domain_addition", materialize: bool = False,
+          repeat: int = 2) -> dict:
     """Where the wall time of ``summarize`` and ``run`` goes at ``S`` seeds (seconds, best of 2
-    warm calls each): ``programs`` -- the engine's compiled draws and estimates programs over
+    warm calls each; the user calls best of ``repeat`` rounds, interleaved): ``programs`` -- the engine's compiled draws and estimates programs over
     every chunk, dispatched as :func:`poolsim._engine.simulate` does (at most ``_AHEAD`` ahead)
     and waited for; ``reduction`` -- the on-device moments program alone over the same chunks'
     results; ``transfer`` -- bringing the frame's fields of those results to host arrays
@@ -246,8 +277,12 @@ def split(S: int, name: str = "domain_addition", materialize: bool = False) -> d
     fields.clear()
     res = None
     kw = dict(seeds=S, materialize=materialize)
-    out["summarize"] = best(lambda: ex.summarize(name, **kw))
-    out["run"] = best(lambda: ex.run(name, **kw))
+    _warm(name, materialize=materialize)
+    pair = interleaved({"summarize": lambda: ex.summarize(name, **kw),
+                        "run": lambda: ex.run(name, **kw)}, repeat)
+    for call, times in pair.items():
+        out[call] = min(w for w, _ in times)
+        out[call + "_cpu"] = min(c for _, c in times)
     for call in ("summarize", "run"):
         prof = cProfile.Profile()
         prof.enable()
@@ -266,15 +301,16 @@ def split_table(rows) -> str:
     """Markdown table of :func:`split` results: one row per (experiment, seeds)."""
     lines = ["| experiment | seeds | load | programs (s) | reduction (s) | transfer (s) | frame (s) "
              "| `summarize` (s) | `run` (s) | summarize / programs | run / summarize "
-             "| host in summarize (s) | host in run (s) |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| run / summarize, CPU time | host in summarize (s) | host in run (s) |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, S, r in rows:
         host_s = r["summarize"] - r["programs"] - r["reduction"]
         host_r = r["run"] - r["programs"] - r["transfer"] - r["frame"]
         lines.append(f"| {name} | {S:,} | {r['load']:.1f}-{r['load_end']:.1f} | {r['programs']:.3f} "
                      f"| {r['reduction']:.3f} | {r['transfer']:.3f} | {r['frame']:.3f} "
                      f"| {r['summarize']:.3f} | {r['run']:.3f} | {r['summarize'] / r['programs']:.3f} "
-                     f"| {r['run'] / r['summarize']:.3f} | {host_s:+.3f} | {host_r:+.3f} |")
+                     f"| {r['run'] / r['summarize']:.3f} | {r['run_cpu'] / r['summarize_cpu']:.3f} "
+                     f"| {host_s:+.3f} | {host_r:+.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -465,8 +501,10 @@ def main(argv=None) -> str:
                         for v, c, q in zip(eng[::2], eng[1::2], ratios))
         lines.append(f"| {S:,} | {r:,.1f}{' (extrapolated)' if extra else ''} |{cells}")
     prof = profile()
-    split_rows = [(name, S, split(S, name)) for S in args.split for name in args.split_experiments]
-    splits = (("Split of the sufficient-statistics user calls (best of 2 warm calls each; "
+    split_rows = [(name, S, split(S, name, repeat=args.repeat)) for S in args.split
+                  for name in args.split_experiments]
+    splits = ((f"Split of the sufficient-statistics user calls (parts: best of 2 warm calls each; "
+               f"`summarize` and `run`: best of {args.repeat} rounds, interleaved; "
                "'host' = the call minus its measured parts, negative where the parts, timed "
                "alone, took longer than inside the call):\n\n" + split_table(split_rows) + "\n")
               if split_rows else "")

@@ -1,8 +1,9 @@
 """The paper's synthetic experiments (Appendix "Synthetic Validation of Theoretical Guarantees").
 
 ``run(name, *, seeds, **params) -> pandas.DataFrame`` -- one tidy row per (strategy, seed, K) with
-``eps = ||estimate - mu_*||_2``. Defaults are the paper's parameters; values the paper leaves out
-are our choices, marked "(ours)" below, and every one is a parameter.
+``eps = ||estimate - mu_*||_2`` (float64; the column dtypes: :func:`run`). Defaults are the paper's
+parameters; values the paper leaves out are our choices, marked "(ours)" below, and every one is a
+parameter.
 
 Common parameters (all experiments):
 
@@ -230,32 +231,63 @@ def simulate(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | No
 FRAME_FIELDS = ("estimates", "n_domains", "converged", "n_iter")
 
 
+# Rows per block of :func:`eps`: its float64 temporaries stay in cache, not the size of the frame.
+_EPS_BLOCK = 1 << 16
+
+
 def eps(estimates: np.ndarray, mu_star: Any) -> np.ndarray:
     """``||estimate - mu_*||_2`` in float64 over the last axis: ``estimates (..., d)`` ->
     ``(...)``. The same numbers as ``np.linalg.norm(estimates.astype(float) - mu, axis=-1)``
-    (which sums the squares left to right for ``d < 8``, as this does), without its
-    ``(..., d)`` float64 temporaries."""
+    (which sums the squares left to right for ``d < 8``, as this does), computed in blocks of
+    rows so that its only full-size allocation is the result."""
     d = estimates.shape[-1]
     mu = np.broadcast_to(np.asarray(mu_star, dtype=float), (d,))
-    if d >= 8:  # NumPy's pairwise summation then groups the terms differently: use it
-        return np.linalg.norm(estimates.astype(float) - mu, axis=-1)
-    out = np.zeros(estimates.shape[:-1])
-    tmp = np.empty_like(out)
-    for j in range(d):
-        np.subtract(estimates[..., j], mu[j], out=tmp, dtype=float)
-        np.multiply(tmp, tmp, out=tmp)
-        out += tmp
-    return np.sqrt(out, out=out)
+    flat = np.asarray(estimates).reshape(-1, d)
+    out = np.empty(len(flat))
+    tmp = np.empty(min(_EPS_BLOCK, len(flat)))
+    for a in range(0, len(flat), _EPS_BLOCK):
+        x, o = flat[a:a + _EPS_BLOCK], out[a:a + _EPS_BLOCK]
+        if d >= 8:  # NumPy's pairwise summation then groups the terms differently: use it
+            o[...] = np.linalg.norm(x.astype(float) - mu, axis=-1)
+            continue
+        t = tmp[:len(o)]
+        o[...] = 0.0
+        for j in range(d):
+            np.subtract(x[:, j], mu[j], out=t, dtype=float)
+            np.multiply(t, t, out=t)
+            o += t
+        np.sqrt(o, out=o)
+    return out.reshape(estimates.shape[:-1])
+
+
+def _shared(a: np.ndarray) -> np.ndarray:
+    """``a`` itself where pandas may write into it; a copy of a read-only array (the per-seed
+    arrays gathered straight from an accelerator), which pandas could not assign into."""
+    return a if a.flags.writeable else a.copy()
 
 
 def frame(name: str, res: _engine.SeedResult, P: dict) -> pd.DataFrame:
     """Tidy frame from :func:`simulate`'s output: one row per (seed, K, strategy), seed-major,
-    with columns experiment, strategy (categoricals), seed, K, eps (float64), n_domains,
-    converged, n_iter, est_0..est_{d-1} (float64). Reads only :data:`FRAME_FIELDS`.
+    ``N = S * len(Ks) * 3`` rows. Reads only :data:`FRAME_FIELDS`. Columns and dtypes:
 
-    Built column by column: each column is one NumPy allocation written in place (no per-row
-    Python, no strings: the names are categoricals over their codes) and handed to pandas
-    without a copy (one block per column, no consolidation)."""
+    * ``experiment``, ``strategy``: categoricals (int8 codes; compare with strings as usual);
+    * ``seed``: uint32 (seeds lie in ``[0, 2**32)``, the engine's own seed type);
+    * ``K``, ``n_domains``, ``n_iter``: int32 (``n_iter`` is 0 for pool and subsample);
+    * ``converged``: bool (True for pool and subsample);
+    * ``eps``: float64, ``||estimate - mu_*||_2`` formed in float64 (:func:`eps`);
+    * ``est_0`` .. ``est_{d-1}``: the estimate's coordinates in the engine's ``dtype``
+      (float32 by default; a float64 copy of them would hold no more information).
+
+    Integer columns are 32-bit, not smaller: NumPy's float functions give float64 for 32-bit
+    integers (``np.sqrt(df.K)``) but float32 or float16 for 16- or 8-bit ones. pandas reduces a
+    float32 column in float32 (``df.est_0.mean()``); ``df.est_0.astype(float)`` first accumulates
+    in float64 (the library's own reductions -- :func:`ci95`, :func:`poolsim.decide_claim` --
+    cast to float64 themselves).
+
+    Few new bytes (the frame's first build costs page faults, not arithmetic): ``n_domains`` and
+    ``est_*`` are views of ``res``'s arrays (so the frame shares their memory: copy the frame
+    before writing into it if you keep using ``res``), the other columns are one allocation
+    each, written in place, handed to pandas without a copy (one block per column)."""
     S, nK, n_strat, d = res.estimates.shape
     N = S * nK * n_strat
     shape = (S, nK, n_strat)
@@ -265,22 +297,21 @@ def frame(name: str, res: _engine.SeedResult, P: dict) -> pd.DataFrame:
         col.reshape(shape)[..., 2] = last
         return col
 
+    estimates = _shared(res.estimates)
     cols = {
         "experiment": pd.Categorical.from_codes(np.zeros(N, np.int8), categories=[name]),
         "strategy": pd.Categorical.from_codes(np.tile(np.arange(n_strat, dtype=np.int8), S * nK),
                                               categories=list(_engine.STRATEGIES)),
-        "seed": np.repeat(np.asarray(P["seeds"], np.int64), nK * n_strat),
-        "K": np.tile(np.repeat(np.asarray(P["Ks"], np.int64), n_strat), S),
-        "eps": eps(res.estimates, P["mu_star"]).reshape(N),
-        "n_domains": res.n_domains.reshape(N).astype(np.int64),
+        "seed": np.repeat(np.asarray(P["seeds"]).astype(np.uint32), nK * n_strat),
+        "K": np.tile(np.repeat(np.asarray(P["Ks"], np.int32), n_strat), S),
+        "eps": eps(estimates, P["mu_star"]).reshape(N),
+        "n_domains": _shared(res.n_domains.astype(np.int32, copy=False)).reshape(N),
         "converged": filled(bool, True, res.converged),
-        "n_iter": filled(np.int64, 0, res.n_iter),
+        "n_iter": filled(np.int32, 0, res.n_iter),
     }
     for j in range(d):
-        col = np.empty(N)
-        col.reshape(shape)[...] = res.estimates[..., j]
-        cols[f"est_{j}"] = col
-    if not np.all(np.isfinite(cols["eps"])):
+        cols[f"est_{j}"] = estimates[..., j].reshape(N)  # a strided view, no copy
+    if not np.isfinite(cols["eps"].max()):  # eps >= 0: the max is finite iff every entry is
         raise RuntimeError(f"non-finite eps in experiment {name!r}; this is a bug, please report")
     return pd.DataFrame(cols, copy=False)
 
@@ -289,9 +320,16 @@ def run(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = 
         distributed: bool = False, **params) -> pd.DataFrame:
     """Run a registered experiment for ``seeds`` (a count S -> seeds 0..S-1, or a list of seeds).
 
-    Same seeds and parameters -> identical frames (:func:`frame`: categorical name columns,
-    one column per array). Only the fields the frame reads cross from the device. See the module
-    docstring for parameters and ``EXPERIMENTS[name].description`` for each experiment's set-up.
+    Returns the per-seed frame (:func:`frame`): ``S * len(Ks) * 3`` rows, one per (seed, K,
+    strategy), seed-major. Columns and dtypes: ``experiment``, ``strategy`` categorical;
+    ``seed`` uint32; ``K``, ``n_domains``, ``n_iter`` int32; ``converged`` bool; ``eps`` float64;
+    ``est_0`` .. ``est_{d-1}`` in the engine's ``dtype`` (float32 by default). pandas reduces a
+    float32 column in float32: ``df.est_0.astype(float)`` before ``mean``/``var`` for float64
+    accumulation (``eps`` is float64 already; :func:`ci95` and :func:`poolsim.decide_claim` cast).
+
+    Same seeds and parameters -> identical frames. Only the fields the frame reads cross from the
+    device. See the module docstring for parameters and ``EXPERIMENTS[name].description`` for
+    each experiment's set-up.
     ``distributed=True`` runs the seeds across the processes of a ``jax.distributed`` job (module
     docstring; raises RuntimeError if ``jax.distributed`` was not initialised).
     """
