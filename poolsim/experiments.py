@@ -275,19 +275,19 @@ def frame(name: str, res: _engine.SeedResult, P: dict) -> pd.DataFrame:
     * ``K``, ``n_domains``, ``n_iter``: int32 (``n_iter`` is 0 for pool and subsample);
     * ``converged``: bool (True for pool and subsample);
     * ``eps``: float64, ``||estimate - mu_*||_2`` formed in float64 (:func:`eps`);
-    * ``est_0`` .. ``est_{d-1}``: the estimate's coordinates in the engine's ``dtype``
-      (float32 by default; a float64 copy of them would hold no more information).
+    * ``est_0`` .. ``est_{d-1}``: float64, the estimate's coordinates exactly as the engine computed
+      them (in its ``dtype``, float32 by default), widened so that pandas' reductions of them
+      (``df.est_0.mean()``, ``groupby(...).var()``) accumulate in float64 as they always did: pandas
+      reduces a float32 column in float32.
 
     Integer columns are 32-bit, not smaller: NumPy's float functions give float64 for 32-bit
-    integers (``np.sqrt(df.K)``) but float32 or float16 for 16- or 8-bit ones. pandas reduces a
-    float32 column in float32 (``df.est_0.mean()``); ``df.est_0.astype(float)`` first accumulates
-    in float64 (the library's own reductions -- :func:`ci95`, :func:`poolsim.decide_claim` --
-    cast to float64 themselves).
+    integers (``np.sqrt(df.K)``) but float32 or float16 for 16- or 8-bit ones; pandas reduces them
+    in 64 bits.
 
-    Few new bytes (the frame's first build costs page faults, not arithmetic): ``n_domains`` and
-    ``est_*`` are views of ``res``'s arrays (so the frame shares their memory: copy the frame
-    before writing into it if you keep using ``res``), the other columns are one allocation
-    each, written in place, handed to pandas without a copy (one block per column)."""
+    Few new bytes (the frame's first build costs page faults, not arithmetic): ``n_domains`` (and
+    ``est_*`` for a float64 engine) are views of ``res``'s arrays (so the frame shares their memory:
+    copy the frame before writing into it if you keep using ``res``), the other columns are one
+    allocation each, written in place, handed to pandas without a copy (one block per column)."""
     S, nK, n_strat, d = res.estimates.shape
     N = S * nK * n_strat
     shape = (S, nK, n_strat)
@@ -298,6 +298,7 @@ def frame(name: str, res: _engine.SeedResult, P: dict) -> pd.DataFrame:
         return col
 
     estimates = _shared(res.estimates)
+    wide = estimates.astype(np.float64, copy=False)  # one contiguous copy for a float32 engine
     cols = {
         "experiment": pd.Categorical.from_codes(np.zeros(N, np.int8), categories=[name]),
         "strategy": pd.Categorical.from_codes(np.tile(np.arange(n_strat, dtype=np.int8), S * nK),
@@ -310,7 +311,7 @@ def frame(name: str, res: _engine.SeedResult, P: dict) -> pd.DataFrame:
         "n_iter": filled(np.int32, 0, res.n_iter),
     }
     for j in range(d):
-        cols[f"est_{j}"] = estimates[..., j].reshape(N)  # a strided view, no copy
+        cols[f"est_{j}"] = wide[..., j].reshape(N)  # a strided view of `wide`, no further copy
     if not np.isfinite(cols["eps"].max()):  # eps >= 0: the max is finite iff every entry is
         raise RuntimeError(f"non-finite eps in experiment {name!r}; this is a bug, please report")
     return pd.DataFrame(cols, copy=False)
@@ -322,10 +323,8 @@ def run(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = 
 
     Returns the per-seed frame (:func:`frame`): ``S * len(Ks) * 3`` rows, one per (seed, K,
     strategy), seed-major. Columns and dtypes: ``experiment``, ``strategy`` categorical;
-    ``seed`` uint32; ``K``, ``n_domains``, ``n_iter`` int32; ``converged`` bool; ``eps`` float64;
-    ``est_0`` .. ``est_{d-1}`` in the engine's ``dtype`` (float32 by default). pandas reduces a
-    float32 column in float32: ``df.est_0.astype(float)`` before ``mean``/``var`` for float64
-    accumulation (``eps`` is float64 already; :func:`ci95` and :func:`poolsim.decide_claim` cast).
+    ``seed`` uint32; ``K``, ``n_domains``, ``n_iter`` int32; ``converged`` bool; ``eps`` and
+    ``est_0`` .. ``est_{d-1}`` float64 (the estimates exactly as the engine computed them).
 
     Same seeds and parameters -> identical frames. Only the fields the frame reads cross from the
     device. See the module docstring for parameters and ``EXPERIMENTS[name].description`` for

@@ -18,12 +18,12 @@ WIDE = {"seed": np.int64, "K": np.int64, "n_domains": np.int64, "n_iter": np.int
         "est_0": np.float64, "est_1": np.float64}
 
 
-def _documented_dtypes(engine_dtype: str) -> dict:
-    """The column dtypes stated in ``experiments.frame``'s docstring and docs/engine.md."""
+def _documented_dtypes() -> dict:
+    """The column dtypes stated in ``experiments.frame``'s docstring and docs/engine.md (the same
+    for a float32 and a float64 engine)."""
     return {"seed": np.dtype(np.uint32), "K": np.dtype(np.int32), "eps": np.dtype(np.float64),
             "n_domains": np.dtype(np.int32), "converged": np.dtype(bool),
-            "n_iter": np.dtype(np.int32), "est_0": np.dtype(engine_dtype),
-            "est_1": np.dtype(engine_dtype)}
+            "n_iter": np.dtype(np.int32), "est_0": np.dtype(np.float64), "est_1": np.dtype(np.float64)}
 
 
 @pytest.fixture(scope="module", params=["float32", "float64"])
@@ -35,11 +35,11 @@ def built(request):
 
 
 def test_frame_column_dtypes_are_the_documented_ones(built):
-    dtype, _, _, df = built
+    _, _, _, df = built
     assert list(df.columns) == ["experiment", "strategy", "seed", "K", "eps", "n_domains",
                                 "converged", "n_iter", "est_0", "est_1"]
     assert {c: df[c].dtype for c in df.columns if c not in ("experiment", "strategy")} == \
-        _documented_dtypes(dtype)
+        _documented_dtypes()
     assert df.strategy.dtype == pd.CategoricalDtype(list(_engine.STRATEGIES))
     assert df.experiment.dtype == pd.CategoricalDtype(["domain_addition"])
     assert df.strategy.cat.codes.dtype == np.int8
@@ -54,7 +54,7 @@ def test_run_returns_the_frame_with_its_dtypes():
 
 def test_frame_values_equal_the_engine_arrays_exactly(built):
     # Every column against the engine array it comes from, with ==: the estimate columns are the
-    # engine's numbers in the engine's dtype (pinned above), eps is NumPy's float64 norm bit for
+    # engine's numbers (float32 widened exactly to float64), eps is NumPy's float64 norm bit for
     # bit, and the integer columns hold every value (the largest seed included).
     _, res, P, df = built
     S, nK, n_strat, d = res.estimates.shape
@@ -75,10 +75,11 @@ def test_frame_values_equal_the_engine_arrays_exactly(built):
 
 
 def test_frame_columns_are_views_of_the_engine_arrays(built):
-    _, res, _, df = built
-    for col, arr in (("est_0", res.estimates), ("est_1", res.estimates),
-                     ("n_domains", res.n_domains)):
-        assert np.shares_memory(df[col].to_numpy(), arr), col
+    # n_domains always; the estimates where the engine's dtype is already float64
+    dtype, res, _, df = built
+    assert np.shares_memory(df.n_domains.to_numpy(), res.n_domains)
+    for col in ("est_0", "est_1"):
+        assert np.shares_memory(df[col].to_numpy(), res.estimates) == (dtype == "float64"), col
 
 
 def test_frame_of_read_only_arrays_is_a_writable_copy():
@@ -98,15 +99,15 @@ def test_frame_of_read_only_arrays_is_a_writable_copy():
 
 
 def test_reductions_over_the_frame_equal_those_over_64_bit_columns(built):
-    # The library's reductions (ci95, decide_claim) cast to float64 themselves, and pandas reduces
-    # integer columns in 64 bits: the same numbers, exactly, as over the frame in 64-bit columns
-    # (what run() returned when every integer column was int64 and the estimates float64).
+    # The library's reductions (ci95, decide_claim) and pandas' (the estimates are float64, pandas
+    # reduces integer columns in 64 bits): the same numbers, exactly, as over the frame in 64-bit
+    # columns (what run() returned when every integer column was int64).
     _, _, _, df = built
     wide = df.astype(WIDE)
     for col in ("eps", "est_0", "est_1"):
         assert experiments.ci95(df[col]) == experiments.ci95(wide[col])
     for by in (["strategy", "K"], ["seed"]):
-        for col in ("K", "n_domains", "n_iter", "seed"):
+        for col in ("K", "n_domains", "n_iter", "seed", "est_0", "est_1"):
             for how in ("mean", "sum", "var", "max"):
                 pd.testing.assert_series_equal(
                     df.groupby(by, observed=True)[col].agg(how),
