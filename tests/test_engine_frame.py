@@ -26,7 +26,8 @@ def _documented_dtypes() -> dict:
             "n_iter": np.dtype(np.int32), "est_0": np.dtype(np.float64), "est_1": np.dtype(np.float64)}
 
 
-@pytest.fixture(scope="module", params=["float32", "float64"])
+# slow: each engine dtype compiles the engine for SMALL (~7 s of CPU)
+@pytest.fixture(scope="module", params=[pytest.param(t, marks=pytest.mark.slow) for t in ("float32", "float64")])
 def built(request):
     """(engine dtype, per-seed arrays, parameters, frame) for the sufficient-statistics path."""
     res, P = experiments.simulate("domain_addition", seeds=SEEDS, materialize=False,
@@ -45,6 +46,7 @@ def test_frame_column_dtypes_are_the_documented_ones(built):
     assert df.strategy.cat.codes.dtype == np.int8
 
 
+@pytest.mark.slow
 def test_run_returns_the_frame_with_its_dtypes():
     kw = dict(seeds=SEEDS, materialize=False, **SMALL)
     res, P = experiments.simulate("domain_addition", fields=experiments.FRAME_FIELDS, **kw)
@@ -82,6 +84,7 @@ def test_frame_columns_are_views_of_the_engine_arrays(built):
         assert np.shares_memory(df[col].to_numpy(), res.estimates) == (dtype == "float64"), col
 
 
+@pytest.mark.slow
 def test_frame_of_read_only_arrays_is_a_writable_copy():
     # Arrays gathered straight from an accelerator are read-only: the frame copies them so that
     # pandas can assign into it, and the caller's arrays stay as they were.

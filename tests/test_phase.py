@@ -290,6 +290,7 @@ def test_on_the_fly_reduction_equals_per_seed_values_and_decide():
                                [ref.estimate, ref.ci_low, ref.ci_high], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_plot_and_summary_render_from_the_committed_csv():
     from poolsim.figures import phase as fig
 

@@ -138,6 +138,7 @@ def test_antipodal_feature_leaves_the_centroid_like_the_literal_loop():
     assert not torch.equal(fast.c_pos, c)  # the second feature did move it
 
 
+@pytest.mark.slow
 def test_bank_sequential_uses_the_exact_gate_for_both_updates():
     args = _inputs(6)
     for update in ("ema", "slerp"):

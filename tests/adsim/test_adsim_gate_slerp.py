@@ -101,6 +101,7 @@ def test_nothing_accepted_leaves_the_centroids_and_passes_no_gradient():
     assert fast.acc_pos.sum() == 0 and torch.equal(fast.c_pos, -c_neg)
 
 
+@pytest.mark.slow
 def test_antipodal_features_follow_the_literal_loop():
     # f = -c exactly: no unique arc; _core.slerp_update falls back to the EMA, which (alpha 0.5) keeps c
     c = torch.eye(D)[:S]

@@ -198,6 +198,7 @@ def bad_folder(tmp_path_factory):
     return d, reasons
 
 
+@pytest.mark.slow
 def test_bad_inputs_cost_one_warning_line_each_and_never_the_batch(bad_folder, tmp_path, capsys):
     d, reasons = bad_folder
     out = tmp_path / "out"

@@ -106,6 +106,7 @@ def test_resume_recomputes_only_deleted_cells(quick_run, tmp_path):
         protocol.run(out, lambda s: None, settings._replace(lr=0.5), targets=["Brain"], methods=["naive"], seeds=1)
 
 
+@pytest.mark.slow
 def test_sequential_mode_runs(tmp_path):
     out = tmp_path / "seq"
     assert main(["protocol", "--simulate", "--quick", "--targets", "Liver", "--methods", "match-geodesic",
