@@ -75,20 +75,24 @@ def _isolate_worker(worker: str, workers: int) -> None:
 if os.environ.get("PYTEST_XDIST_WORKER"):  # set by pytest-xdist in each worker process
     _isolate_worker(os.environ["PYTEST_XDIST_WORKER"], int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
-import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
 from quick_tier import quick_tier_cases  # noqa: E402  (tests/quick_tier.py)
 
-# Statistical and cross-backend comparisons need float64 on the JAX side too.
-jax.config.update("jax_enable_x64", True)
 
-settings.register_profile("default", max_examples=100, derandomize=True, database=None,
-                          deadline=None, print_blob=True)
-settings.register_profile("deep", max_examples=100 * 50, derandomize=False, deadline=None,
-                          print_blob=True, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+def pytest_configure(config):
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # pytest-xdist's controller runs no test: JAX and hypothesis are set up in each worker
+    import jax
+    from hypothesis import HealthCheck, settings
+
+    # Statistical and cross-backend comparisons need float64 on the JAX side too.
+    jax.config.update("jax_enable_x64", True)
+    settings.register_profile("default", max_examples=100, derandomize=True, database=None,
+                              deadline=None, print_blob=True)
+    settings.register_profile("deep", max_examples=100 * 50, derandomize=False, deadline=None,
+                              print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest.fixture
