@@ -121,8 +121,12 @@ def _case_id(recipe, over, _expected=None) -> str:
 
 
 # slow (3-30 s of CPU each under the counting mode): the exact gate with slerp replays every step, the
-# authors' recipe adds the skip-step filter to it, the device KMeans runs 300 Lloyd iterations per image
-SLOW_CASES = {"clean-slerp", "authors-recipe", "adaclip-torch"}
+# authors' recipe adds the skip-step filter to it, the device KMeans runs 300 Lloyd iterations per image;
+# and, for the quick tier's budget (~1 s each), cases whose gate and update another quick case counts
+# (paper-recipe and authors-batched: clean's exact and batched gates; clean-batched-slerp), aprilgan and
+# adaclip with scikit-learn's KMeans
+SLOW_CASES = {"clean-slerp", "authors-recipe", "adaclip-torch", "paper-recipe", "authors-batched",
+              "clean-batched-slerp", "aprilgan-recipe", "adaclip-recipe"}
 
 
 @pytest.mark.parametrize("recipe,over,expected",
