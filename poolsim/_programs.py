@@ -247,7 +247,11 @@ def _watch_hits() -> None:
     _watching.append(listener)
 
 
+@functools.lru_cache(maxsize=1)
 def _multi_process() -> bool:
+    """Whether this process is one of a multi-process JAX job. Asked once: the process count is
+    fixed once a backend runs (``jax.distributed.initialize`` must come first), and
+    ``jax.process_count()`` costs ~0.4 ms, on every program call otherwise."""
     import jax
 
     return jax.process_count() > 1

@@ -297,15 +297,16 @@ def frame(name: str, res: _engine.SeedResult, P: dict) -> pd.DataFrame:
         col.reshape(shape)[..., 2] = last
         return col
 
-    estimates = _shared(res.estimates)
-    wide = estimates.astype(np.float64, copy=False)  # one contiguous copy for a float32 engine
+    # a float32 engine's estimates: one contiguous (writable) float64 copy; a float64 engine's:
+    # the array itself, copied only where it is read-only
+    wide = _shared(res.estimates.astype(np.float64, copy=False))
     cols = {
         "experiment": pd.Categorical.from_codes(np.zeros(N, np.int8), categories=[name]),
         "strategy": pd.Categorical.from_codes(np.tile(np.arange(n_strat, dtype=np.int8), S * nK),
                                               categories=list(_engine.STRATEGIES)),
         "seed": np.repeat(np.asarray(P["seeds"]).astype(np.uint32), nK * n_strat),
         "K": np.tile(np.repeat(np.asarray(P["Ks"], np.int32), n_strat), S),
-        "eps": eps(estimates, P["mu_star"]).reshape(N),
+        "eps": eps(res.estimates, P["mu_star"]).reshape(N),
         "n_domains": _shared(res.n_domains.astype(np.int32, copy=False)).reshape(N),
         "converged": filled(bool, True, res.converged),
         "n_iter": filled(np.int32, 0, res.n_iter),
