@@ -144,7 +144,8 @@ def _child(args) -> None:
 def _run_child(root: Path, args) -> dict:
     cmd = [sys.executable, __file__, "--child", str(root), "--threads", str(args.threads), "--iters", str(args.iters),
            "--warmup", str(args.warmup), "--batch", str(args.batch), "--kinds", *args.kinds]
-    env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"}
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"child for {root} failed:\n{proc.stderr[-4000:]}")

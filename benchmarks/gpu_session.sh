@@ -73,7 +73,7 @@ on mcchunk && timeout 120 python3 benchmarks/gpu_montecarlo.py --chunk 524288 --
 # 2. Exact sequential gate on the GPU: Triton kernels (the default "auto" = dots for the EMA, chords for
 #    slerp, and each kernel by name) and JAX scan vs the literal loop.
 if on gate; then
-    JAX_PLATFORMS=cuda,cpu timeout 60 python3 -m pytest -q -p no:cacheprovider \
+    JAX_PLATFORMS=cuda,cpu timeout 60 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -o addopts="" \
         tests/adsim/test_adsim_gate_triton.py tests/adsim/test_adsim_gate.py -k "cuda" 2>&1 \
         | tail -15 | tee "$OUT/cuda_tests.log"
     tail -1 "$OUT/cuda_tests.log" | grep -q " passed" && ! tail -1 "$OUT/cuda_tests.log" | grep -q "failed" \

@@ -31,6 +31,12 @@ def main(argv=None) -> int:
     from adsim.training.train import make_optimizer, train_epoch
 
     warnings.simplefilter("ignore")
+    import inspect
+
+    from adsim.training.train import _epoch_steps
+    lines, first = inspect.getsourcelines(_epoch_steps)
+    epoch_end = next(f"train.py:{first + i}" for i, line in enumerate(lines)
+                     if line.strip().startswith("return {\"steps\""))
     dev = torch.device("cuda")
     tiny = build_backbone("tiny", seed=0, device=dev)
     rows = []
@@ -45,18 +51,21 @@ def main(argv=None) -> int:
             train_epoch(cfg, module, opt, scaler, batches[:1], forward, tiny.spec.grid, dev, torch.bfloat16,
                         loss_fn=loss_fn)  # warm-up (Triton/JAX compilation, optimiser state)
             torch.cuda.synchronize()
-            torch.cuda.set_sync_debug_mode("error")
+            torch.cuda.set_sync_debug_mode("warn")
             try:  # one step without its epoch's end (which reads the means: syncs by design)
                 from adsim.model.head import deferred_finite_checks
-                with deferred_finite_checks() as pending:
+                with warnings.catch_warnings(record=True) as caught, deferred_finite_checks() as pending:
+                    warnings.simplefilter("always")
                     from adsim.training.train import _epoch_steps
                     _epoch_steps(cfg, module, opt, scaler, batches[1:], lambda x: forward(x), tiny.spec.grid, dev,
                                  torch.bfloat16, "sync", False, None, loss_fn, pending)
                     torch.cuda.set_sync_debug_mode(0)
                     pending.flag = None
-                syncs = "none"
-            except RuntimeError as err:
-                syncs = f"sync: {str(err).splitlines()[0][:80]}"
+                # each synchronising call is reported with the Python line that made it, except the
+                # return of _epoch_steps: it reads the epoch's means (the epoch's end, a host read by design)
+                sites = sorted({f"{Path(w.filename).name}:{w.lineno}" for w in caught
+                                if "synchroniz" in str(w.message)} - {epoch_end})
+                syncs = f"sync at {', '.join(sites)}" if sites else "none"
             finally:
                 torch.cuda.set_sync_debug_mode(0)
         except Exception as err:  # noqa: BLE001 - a failing method is a row
