@@ -5,8 +5,8 @@
 #     OUT=/some/dir bash benchmarks/gpu_session.sh
 #
 # Needs python3 with torch (CUDA) and jax (CUDA); packages the GPU image lacks (open_clip_torch,
-# ftfy, wcwidth, array_api_compat) are installed from wheels in ./.whl if that folder exists
-# (`pip download --no-deps -d .whl open_clip_torch ftfy wcwidth array_api_compat` beforehand; the
+# ftfy, wcwidth, array_api_compat, platformdirs, filelock) are installed from wheels in ./.whl if that folder exists
+# (`pip download --no-deps -d .whl open_clip_torch ftfy wcwidth array_api_compat platformdirs filelock`; the
 # machine has no network). Writes into $OUT: env.txt, mc.md / mc.log (Monte-Carlo engine, 10^6
 # seeds, with the per-program split), cuda_tests.log (the gate kernels' decisions on the GPU against
 # the literal loop), ad.md / ad.log (ViT-L-14-336 steps, gates and targets), e2e.log (toy data, train
