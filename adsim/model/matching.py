@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from adsim.model.sphere import chords
+from adsim.runtime.eager import outside_graphs
 from poolsim import core
 
 GATE_MODES = ("sequential", "batched")
@@ -433,11 +434,6 @@ def sequential_sets(sets: list, *, metric: str, alpha: float, update: str, tau: 
     return [sequential_centroids(d, alpha=alpha, update=update, steps=st) for d, st in zip(decs, steps)]
 
 
-# Under torch.compile the sequential gate runs eagerly between compiled graphs (a graph break): its
-# decisions come from a JAX scan through DLPack or a hand-launched Triton kernel, which dynamo does not trace.
-_sequential_sets_uncompiled = torch.compiler.disable(sequential_sets)
-
-
 class CentroidBank(torch.nn.Module):
     """Centroid state for ``n_slots`` (layer, task) pairs, stored as buffers so it is checkpointed.
 
@@ -492,9 +488,12 @@ class CentroidBank(torch.nn.Module):
                 outs.append(_batched(f, (1.0 - y) * valid, y * valid, *state, metric=self.metric, alpha=self.alpha,
                                      update=self.update, tau=self.tau))
         else:  # exact sequential gate, all slots of a set in one kernel / compiled scan (EMA and slerp)
-            outs = _sequential_sets_uncompiled([(f, y, valid, *state) for (_, f, y, valid), state in zip(items, states)],
-                                               metric=self.metric, alpha=self.alpha, update=self.update, tau=self.tau,
-                                               scan_backend=self.scan_backend)
+            # under torch.compile it runs eagerly between compiled graphs (a graph break): its decisions come
+            # from a JAX scan through DLPack or a hand-launched Triton kernel, which dynamo does not trace
+            outs = outside_graphs(sequential_sets,
+                                  [(f, y, valid, *state) for (_, f, y, valid), state in zip(items, states)],
+                                  metric=self.metric, alpha=self.alpha, update=self.update, tau=self.tau,
+                                  scan_backend=self.scan_backend)
         if self.training:
             with torch.no_grad():
                 for sl, out in zip(slices, outs):

@@ -23,7 +23,7 @@ compiles each region's backward; the optimiser step and gradient clipping stay e
 The NaN/inf check of the features (a host sync, a graph break in eager code) is taken out of the
 region: the region returns the flag and the wrapper checks it after the call (the same one sync per step
 as eager). The exact sequential gate (``gate_mode="sequential"``: a JAX scan or a hand-launched Triton
-kernel) runs eagerly between compiled graphs (``torch.compiler.disable`` in
+kernel) runs eagerly between compiled graphs (:func:`adsim.runtime.outside_graphs` in
 :class:`adsim.model.matching.CentroidBank`), so region 1 is then several graphs. In-place state
 updates inside a region -- the centroid bank's slot writes under ``no_grad`` and VACA's running
 ``Delta`` -- are buffer mutations, which AOTAutograd functionalises and writes back to the same buffers

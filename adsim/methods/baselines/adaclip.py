@@ -83,6 +83,7 @@ from adsim.methods.registry import Method, Output, Trainer, register_trained, re
 from adsim.model import losses
 from adsim.model.backbone import run_blocks, upsample_patches
 from adsim.model.prompting import encode_text_deep, pooled_length, run_prompted_blocks
+from adsim.runtime.eager import outside_graphs
 from poolsim import core
 
 LENGTH, DEPTH = 5, 4       # --prompting_length 5, --prompting_depth 4 (train.py:164-165)
@@ -228,7 +229,6 @@ def _sq_distances(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return d.clamp(min=0).float()
 
 
-@torch.compiler.disable  # max_iter unrolled iterations would make a graph of thousands of nodes: runs between graphs
 def kmeans_torch(data: torch.Tensor, k: int, *, seed: int = KMEANS_SEED, max_iter: int = 300,
                  tol: float = 1e-4) -> torch.Tensor:
     """Cluster labels ``(B, n)`` of the rows of each ``data[b] (n, d)``: scikit-learn's ``KMeans(k,
@@ -243,6 +243,12 @@ def kmeans_torch(data: torch.Tensor, k: int, *, seed: int = KMEANS_SEED, max_ite
     rounded to float32 as scikit-learn's, Lloyd's distances and means float32 (in other summation
     orders); an empty cluster takes the point farthest from its centre, several empty clusters the
     farthest points in descending order (scikit-learn's ``argpartition`` order may differ there)."""
+    # max_iter unrolled iterations would make a graph of thousands of nodes: it runs between compiled graphs
+    return outside_graphs(_kmeans_torch, data, k, seed=seed, max_iter=max_iter, tol=tol)
+
+
+def _kmeans_torch(data: torch.Tensor, k: int, *, seed: int, max_iter: int, tol: float) -> torch.Tensor:
+    """:func:`kmeans_torch`'s body (eager)."""
     if data.ndim != 3:
         raise ValueError(f"data must have shape (B, n, d), got {tuple(data.shape)}")
     b, n, _ = data.shape
