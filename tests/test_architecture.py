@@ -148,27 +148,33 @@ def test_private_import_check_sees_relative_imports_and_attributes(tmp_path):
 
 
 HEAVY = ("torch", "jax", "open_clip", "sklearn", "pandas", "matplotlib", "submitit")
+HELP_COMMANDS = ("make-toy-bmad", "train", "eval", "predict", "table", "protocol", "sweep", "figures")
 
 
-def _help_modules(args):
-    """The heavy libraries (:data:`HEAVY`) that ``python -m adsim ARGS`` has loaded when it exits."""
+@pytest.fixture(scope="module")
+def help_loaded():
+    """``{command: heavy libraries loaded}`` after ``python -m adsim COMMAND --help`` for every command of
+    :data:`HELP_COMMANDS`, run one after the other in ONE fresh interpreter: what is loaded after each
+    command is what that command and the ones before it loaded (a module, once imported, stays in
+    ``sys.modules``), so every entry is empty exactly when no command loads a heavy library."""
     code = ("import sys, runpy\n"
-            "sys.argv = ['adsim', *" + repr(list(args)) + "]\n"
-            "try:\n    runpy.run_module('adsim', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print('LOADED', *[m for m in " + repr(HEAVY) + " if m in sys.modules], file=sys.stderr)\n")
+            "for command in " + repr(list(HELP_COMMANDS)) + ":\n"
+            "    sys.argv = ['adsim', command, '--help']\n"
+            "    try:\n        runpy.run_module('adsim', run_name='__main__')\n    except SystemExit:\n        pass\n"
+            "    print('LOADED', command, *[m for m in " + repr(HEAVY) + " if m in sys.modules], file=sys.stderr)\n")
     out = _run(sys.executable, "-c", code)
-    assert "usage:" in out.stdout, out.stdout + out.stderr
-    (line,) = [line for line in out.stderr.splitlines() if line.startswith("LOADED")]
-    return line.split()[1:]
+    assert out.stdout.count("usage:") == len(HELP_COMMANDS), out.stdout + out.stderr
+    lines = [line.split()[1:] for line in out.stderr.splitlines() if line.startswith("LOADED")]
+    assert [line[0] for line in lines] == list(HELP_COMMANDS), out.stderr
+    return {line[0]: line[1:] for line in lines}
 
 
-@pytest.mark.parametrize("command", ["make-toy-bmad", "train", "eval", "predict", "table", "protocol", "sweep",
-                                     "figures"])
-def test_cli_help_answers_without_loading_torch(command):
+@pytest.mark.parametrize("command", HELP_COMMANDS)
+def test_cli_help_answers_without_loading_torch(command, help_loaded):
     """``python -m adsim COMMAND --help`` loads none of the heavy libraries (torch, JAX, open_clip,
     scikit-learn, pandas, matplotlib, submitit): its cost is the parsers' (start-up time is a benchmark
     matter, not a timed test)."""
-    assert _help_modules([command, "--help"]) == []
+    assert help_loaded[command] == []
 
 
 @pytest.mark.slow
