@@ -177,22 +177,46 @@ def test_cli_help_answers_without_loading_torch(command, help_loaded):
     assert help_loaded[command] == []
 
 
-@pytest.mark.slow
-def test_import_adsim_is_lazy():
-    out = _run(sys.executable, "-c", "import sys, adsim; print('torch' in sys.modules, 'jax' in sys.modules)")
-    assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr
-    out = _run(sys.executable, "-c", "import sys, adsim; adsim.Detector; print('torch' in sys.modules)")
-    assert out.stdout.split() == ["True"], out.stdout + out.stderr  # the probe can see torch being loaded
+# One fresh interpreter for three probes, in this order (each one's starting state is checked on the way):
+# ``import adsim`` loads neither torch nor JAX; ``adsim.Detector`` then loads torch (the probe can see a
+# heavy import); then the first import of the moved ``adsim.train`` warns and forwards.
+_IMPORTS = """
+import sys, warnings
+import adsim
+print("LAZY", 'torch' in sys.modules, 'jax' in sys.modules)
+adsim.Detector
+print("DETECTOR", 'torch' in sys.modules)
+print("TRAIN_UNLOADED", 'adsim.train' not in sys.modules)
+warnings.simplefilter('error', DeprecationWarning)
+try:
+    import adsim.train
+except DeprecationWarning as w:
+    print('WARNED', w)
+warnings.simplefilter('ignore', DeprecationWarning)
+import importlib
+sys.modules.pop('adsim.train', None)
+m = importlib.import_module('adsim.train')
+from adsim.config.run import TrainConfig
+from adsim.model.head import make_head
+print(m.TrainConfig is TrainConfig, m.make_head is make_head)
+"""
+
+
+@pytest.fixture(scope="module")
+def imports():
+    """stdout of :data:`_IMPORTS` in a fresh interpreter; stdout and stderr if it failed."""
+    out = _run(sys.executable, "-c", _IMPORTS)
+    return out.stdout + ("" if out.returncode == 0 else out.stderr)
 
 
 @pytest.mark.slow
-def test_legacy_paths_forward_with_a_deprecation_warning():
-    code = ("import warnings\nwarnings.simplefilter('error', DeprecationWarning)\n"
-            "try:\n    import adsim.train\nexcept DeprecationWarning as w:\n    print('WARNED', w)\n"
-            "warnings.simplefilter('ignore', DeprecationWarning)\nimport importlib, sys\nsys.modules.pop('adsim.train', None)\n"
-            "m = importlib.import_module('adsim.train')\n"
-            "from adsim.config.run import TrainConfig\nfrom adsim.model.head import make_head\n"
-            "print(m.TrainConfig is TrainConfig, m.make_head is make_head)\n")
-    out = _run(sys.executable, "-c", code)
-    assert "WARNED adsim.train moved to adsim.training.train" in out.stdout, out.stdout + out.stderr
-    assert out.stdout.strip().endswith("True True"), out.stdout + out.stderr
+def test_import_adsim_is_lazy(imports):
+    assert "LAZY False False" in imports, imports
+    assert "DETECTOR True" in imports, imports  # the probe can see torch being loaded
+
+
+@pytest.mark.slow
+def test_legacy_paths_forward_with_a_deprecation_warning(imports):
+    assert "TRAIN_UNLOADED True" in imports, imports  # the first import of adsim.train is the one below
+    assert "WARNED adsim.train moved to adsim.training.train" in imports, imports
+    assert imports.strip().endswith("True True"), imports
