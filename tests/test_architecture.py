@@ -148,49 +148,79 @@ def test_private_import_check_sees_relative_imports_and_attributes(tmp_path):
 
 
 HEAVY = ("torch", "jax", "open_clip", "sklearn", "pandas", "matplotlib", "submitit")
+HELP_COMMANDS = ("make-toy-bmad", "train", "eval", "predict", "table", "protocol", "sweep", "figures")
 
 
-def _help_modules(args):
-    """The heavy libraries (:data:`HEAVY`) that ``python -m adsim ARGS`` has loaded when it exits."""
+@pytest.fixture(scope="module")
+def help_loaded():
+    """``{command: heavy libraries loaded}`` after ``python -m adsim COMMAND --help`` for every command of
+    :data:`HELP_COMMANDS`, run one after the other in ONE fresh interpreter: what is loaded after each
+    command is what that command and the ones before it loaded (a module, once imported, stays in
+    ``sys.modules``), so every entry is empty exactly when no command loads a heavy library."""
     code = ("import sys, runpy\n"
-            "sys.argv = ['adsim', *" + repr(list(args)) + "]\n"
-            "try:\n    runpy.run_module('adsim', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print('LOADED', *[m for m in " + repr(HEAVY) + " if m in sys.modules], file=sys.stderr)\n")
+            "for command in " + repr(list(HELP_COMMANDS)) + ":\n"
+            "    sys.argv = ['adsim', command, '--help']\n"
+            "    try:\n        runpy.run_module('adsim', run_name='__main__')\n    except SystemExit:\n        pass\n"
+            "    print('LOADED', command, *[m for m in " + repr(HEAVY) + " if m in sys.modules], file=sys.stderr)\n")
     out = _run(sys.executable, "-c", code)
-    assert "usage:" in out.stdout, out.stdout + out.stderr
-    (line,) = [line for line in out.stderr.splitlines() if line.startswith("LOADED")]
-    return line.split()[1:]
+    assert out.stdout.count("usage:") == len(HELP_COMMANDS), out.stdout + out.stderr
+    lines = [line.split()[1:] for line in out.stderr.splitlines() if line.startswith("LOADED")]
+    assert [line[0] for line in lines] == list(HELP_COMMANDS), out.stderr
+    return {line[0]: line[1:] for line in lines}
 
 
-@pytest.mark.parametrize("command", ["make-toy-bmad", "train", "eval", "predict", "table", "protocol", "sweep",
-                                     "figures"])
-def test_cli_help_answers_without_loading_torch(command):
+@pytest.mark.parametrize("command", HELP_COMMANDS)
+def test_cli_help_answers_without_loading_torch(command, help_loaded):
     """``python -m adsim COMMAND --help`` loads none of the heavy libraries (torch, JAX, open_clip,
     scikit-learn, pandas, matplotlib, submitit): its cost is the parsers' (start-up time is a benchmark
     matter, not a timed test)."""
-    assert _help_modules([command, "--help"]) == []
+    assert help_loaded[command] == []
+
+
+# One fresh interpreter for three probes, in this order (each one's starting state is checked on the way):
+# ``import adsim`` loads neither torch nor JAX; ``adsim.Detector`` then loads torch (the probe can see a
+# heavy import); then the first import of the moved ``adsim.train`` warns and forwards.
+_IMPORTS = """
+import sys, warnings
+import adsim
+print("LAZY", 'torch' in sys.modules, 'jax' in sys.modules)
+adsim.Detector
+import adsim.training.train
+print("DETECTOR", 'torch' in sys.modules, 'torch._dynamo' in sys.modules, 'sklearn' in sys.modules)
+print("TRAIN_UNLOADED", 'adsim.train' not in sys.modules)
+warnings.simplefilter('error', DeprecationWarning)
+try:
+    import adsim.train
+except DeprecationWarning as w:
+    print('WARNED', w)
+warnings.simplefilter('ignore', DeprecationWarning)
+import importlib
+sys.modules.pop('adsim.train', None)
+m = importlib.import_module('adsim.train')
+from adsim.config.run import TrainConfig
+from adsim.model.head import make_head
+print(m.TrainConfig is TrainConfig, m.make_head is make_head)
+"""
+
+
+@pytest.fixture(scope="module")
+def imports():
+    """stdout of :data:`_IMPORTS` in a fresh interpreter; stdout and stderr if it failed."""
+    out = _run(sys.executable, "-c", _IMPORTS)
+    return out.stdout + ("" if out.returncode == 0 else out.stderr)
 
 
 @pytest.mark.slow
-def test_import_adsim_is_lazy():
-    out = _run(sys.executable, "-c", "import sys, adsim; print('torch' in sys.modules, 'jax' in sys.modules)")
-    assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr
-    # the detector and the trainer load torch, but neither dynamo (adsim.runtime.outside_graphs asks for it
-    # only while compiling) nor scikit-learn (imported where an AUC is computed): ~2 x 1 s of CPU per process
-    code = ("import sys, adsim; adsim.Detector; import adsim.training.train\n"
-            "print('torch' in sys.modules, 'torch._dynamo' in sys.modules, 'sklearn' in sys.modules)")
-    out = _run(sys.executable, "-c", code)
-    assert out.stdout.split() == ["True", "False", "False"], out.stdout + out.stderr  # the probe sees torch
+def test_import_adsim_is_lazy(imports):
+    assert "LAZY False False" in imports, imports
+    # the detector and the trainer load torch (the probe can see it being loaded), but neither dynamo
+    # (adsim.runtime.outside_graphs asks for it only while compiling) nor scikit-learn (imported where an
+    # AUC is computed): ~2 x 1 s of CPU per process
+    assert "DETECTOR True False False" in imports, imports
 
 
 @pytest.mark.slow
-def test_legacy_paths_forward_with_a_deprecation_warning():
-    code = ("import warnings\nwarnings.simplefilter('error', DeprecationWarning)\n"
-            "try:\n    import adsim.train\nexcept DeprecationWarning as w:\n    print('WARNED', w)\n"
-            "warnings.simplefilter('ignore', DeprecationWarning)\nimport importlib, sys\nsys.modules.pop('adsim.train', None)\n"
-            "m = importlib.import_module('adsim.train')\n"
-            "from adsim.config.run import TrainConfig\nfrom adsim.model.head import make_head\n"
-            "print(m.TrainConfig is TrainConfig, m.make_head is make_head)\n")
-    out = _run(sys.executable, "-c", code)
-    assert "WARNED adsim.train moved to adsim.training.train" in out.stdout, out.stdout + out.stderr
-    assert out.stdout.strip().endswith("True True"), out.stdout + out.stderr
+def test_legacy_paths_forward_with_a_deprecation_warning(imports):
+    assert "TRAIN_UNLOADED True" in imports, imports  # the first import of adsim.train is the one below
+    assert "WARNED adsim.train moved to adsim.training.train" in imports, imports
+    assert imports.strip().endswith("True True"), imports

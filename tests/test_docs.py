@@ -30,10 +30,49 @@ def _public_api():
     return public_api
 
 
+def _env() -> dict:
+    return {**os.environ, **QUIET, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
+
+
 def _mkdocs(config: Path, site: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = {**os.environ, **QUIET, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
-                          cwd=config.parent, env=env, capture_output=True, text=True, timeout=timeout)
+                          cwd=config.parent, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+# ``mkdocs build --strict -f CONFIG -d SITE`` for several builds in one interpreter: the mkdocs command line
+# itself (click's ``cli.main``, as ``python -m mkdocs`` calls it) once per build, each build's exit status and
+# stderr recorded as the CLI reports them (a click exception's message, as click prints it). MkDocs builds
+# in-process repeatedly by design (``mkdocs serve`` rebuilds in its own process); one interpreter saves each
+# further build the import of MkDocs, the theme and the plugins.
+_BUILDS = """
+import contextlib, io, json, sys
+import click
+from mkdocs.__main__ import cli
+results = []
+for config, site in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            cli.main(["build", "--strict", "-f", config, "-d", site], prog_name="mkdocs", standalone_mode=False)
+            rc = 0
+        except click.ClickException as e:
+            e.show()
+            rc = e.exit_code
+        except BaseException as e:  # noqa: BLE001 - a build that raises fails it, as in the CLI
+            print(f"{type(e).__name__}: {e}", file=sys.stderr)
+            rc = 1
+    results.append({"rc": rc, "stderr": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+def _mkdocs_builds(builds: list, cwd: Path, timeout: int = 900) -> list:
+    """``[(returncode, stderr)]`` of ``mkdocs build --strict`` for each ``(config, site)`` of ``builds``,
+    in order, in one child process (:data:`_BUILDS`)."""
+    out = subprocess.run([sys.executable, "-c", _BUILDS, json.dumps([[str(c), str(s)] for c, s in builds])],
+                         cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [(r["rc"], r["stderr"]) for r in json.loads(out.stdout.strip().splitlines()[-1])]
 
 
 def test_every_public_name_has_a_docstring():
@@ -193,15 +232,16 @@ def test_strict_build_fails_on_a_broken_reference_or_a_raising_tutorial(tmp_path
     handler = config["plugins"][-1]["mkdocstrings"]["handlers"]["python"]
     handler["paths"] = [str(ROOT)]
     handler["options"]["extensions"] = [f"{TOOLS / 'griffe_docstrings.py'}:ProjectDocstrings"]
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))
     pages = {"good": "See [`poolsim.da_score`][poolsim.da_score].\n\n::: poolsim.da_score\n",
              "broken": "See [`poolsim.nothing`][poolsim.nothing].\n\n::: poolsim.da_score\n",
              "raises": "```python exec=\"on\"\nraise ValueError('a tutorial that fails')\n```\n"}
-    results = {}
-    for name, text in pages.items():
-        (tmp_path / "docs" / "index.md").write_text(text)
-        results[name] = _mkdocs(tmp_path / "mkdocs.yml", tmp_path / f"site_{name}", timeout=300)
-    assert results["good"].returncode == 0, results["good"].stderr[-3000:]
-    assert results["broken"].returncode != 0 and "poolsim.nothing" in results["broken"].stderr
-    assert results["raises"].returncode != 0 and "a tutorial that fails" in results["raises"].stderr
+    builds = []
+    for name, text in pages.items():  # one site folder per page, all built by one child process
+        (tmp_path / name / "docs").mkdir(parents=True)
+        (tmp_path / name / "docs" / "index.md").write_text(text)
+        (tmp_path / name / "mkdocs.yml").write_text(yaml.safe_dump({**config, "docs_dir": "docs"}))
+        builds.append((tmp_path / name / "mkdocs.yml", tmp_path / f"site_{name}"))
+    results = dict(zip(pages, _mkdocs_builds(builds, tmp_path, timeout=300)))
+    assert results["good"][0] == 0, results["good"][1][-3000:]
+    assert results["broken"][0] != 0 and "poolsim.nothing" in results["broken"][1], results["broken"][1][-3000:]
+    assert results["raises"][0] != 0 and "a tutorial that fails" in results["raises"][1], results["raises"][1][-3000:]

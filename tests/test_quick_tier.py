@@ -10,6 +10,7 @@ importlib, counts as an import). A whole file marked ``slow``
 A parametrised test runs in the quick tier at every value of each parameter, not at every combination
 (``tests/quick_tier.py``)."""
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -128,18 +129,26 @@ def test_the_quick_tier_runs_each_parameter_value_once_not_each_combination():
 
 
 @pytest.mark.slow
-def test_quick_collection_keeps_every_value_of_every_parameter():
+def test_quick_collection_keeps_every_value_of_every_parameter(tmp_path):
     """The hook in tests/conftest.py, through pytest itself: ``-m "not slow"`` collects fewer cases of
     test_strategies.py's reference test, and at each position of the case id the same values as the full
-    collection."""
-    def ids(*marks):
-        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p",
-                              "no:cacheprovider", *marks, "tests/test_strategies.py"], cwd=ROOT, check=True,
-                             capture_output=True, text=True).stdout
-        cases = [line.split("[", 1)[1].rstrip("]").split("-") for line in out.splitlines()
+    collection. One collection serves both: the full collection is what ``-m`` kept plus what it deselected
+    (a probe plugin prints the ids pytest hands to ``pytest_deselected``)."""
+    (tmp_path / "deselected_probe.py").write_text(
+        "def pytest_deselected(items):\n    for item in items:\n        print('DESELECTED', item.nodeid)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider",
+                          "-p", "deselected_probe", "-m", "not slow", "tests/test_strategies.py"], cwd=ROOT,
+                         check=True, capture_output=True, text=True, env=env).stdout
+
+    def ids(lines):
+        cases = [line.split("[", 1)[1].rstrip("]").split("-") for line in lines
                  if "::test_strategy_matches_reference[" in line]
         return len(cases), [set(column) for column in zip(*cases)]
-    n_all, values_all = ids()
-    n_quick, values_quick = ids("-m", "not slow")
+
+    quick = [line for line in out.splitlines() if not line.startswith("DESELECTED ")]
+    n_quick, values_quick = ids(quick)
+    n_all, values_all = ids(quick + [line.split(" ", 1)[1] for line in out.splitlines()
+                                     if line.startswith("DESELECTED ")])
     assert 0 < n_quick < n_all
     assert values_quick == values_all

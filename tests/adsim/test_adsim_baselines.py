@@ -424,21 +424,39 @@ def test_table_trains_a_baseline_leave_one_out_beside_its_paper_row(name, target
     assert df[f"paper-reported {row} AC"][0] == reference.TABLE1[row][(target, "AC")]
 
 
-@pytest.mark.parametrize("mode", [[], ["--train-step"]])
-def test_cost_benchmark_runs_every_registered_method(mode):
-    # benchmarks/adsim_baselines.py builds every registered method / trainer itself (its rows are RESULTS.md's
-    # and the GPU script's section 5): one timed call per method on the tiny backbone, each must get a row
+BENCHMARK_MODES = ((), ("--train-step",))
+
+
+@pytest.fixture(scope="module")
+def benchmark_out():
+    """``{mode: stdout}`` of ``python benchmarks/adsim_baselines.py --backbones tiny --iters 1 --batch 2 *MODE`` for
+    each of :data:`BENCHMARK_MODES`: the script run as ``__main__`` (``runpy.run_path``, with its ``sys.argv``) once
+    per mode, one after the other in ONE child interpreter (each mode builds its own backbone and methods; the
+    second is spared the interpreter's start and torch's import)."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
+    script = root / "benchmarks" / "adsim_baselines.py"
+    code = ("import runpy, sys\n"
+            f"for mode in {[list(m) for m in BENCHMARK_MODES]!r}:\n"
+            f"    sys.argv = [{str(script)!r}, '--backbones', 'tiny', '--iters', '1', '--batch', '2', *mode]\n"
+            "    print('@@ MODE', *mode, flush=True)\n"
+            "    runpy.run_path(sys.argv[0], run_name='__main__')\n")
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "adsim_baselines.py"), "--backbones", "tiny",
-                           "--iters", "1", "--batch", "2", *mode], capture_output=True, text=True, env=env,
-                          cwd=root, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [line.split("|")[2].strip() for line in proc.stdout.splitlines() if line.startswith("| tiny")]
+    parts = proc.stdout.split("@@ MODE")[1:]
+    assert len(parts) == len(BENCHMARK_MODES), proc.stdout[-3000:]
+    return {mode: part for mode, part in zip(BENCHMARK_MODES, parts)}
+
+
+@pytest.mark.parametrize("mode", BENCHMARK_MODES)
+def test_cost_benchmark_runs_every_registered_method(mode, benchmark_out):
+    # benchmarks/adsim_baselines.py builds every registered method / trainer itself (its rows are RESULTS.md's
+    # and the GPU script's section 5): one timed call per method on the tiny backbone, each must get a row
+    rows = [line.split("|")[2].strip() for line in benchmark_out[mode].splitlines() if line.startswith("| tiny")]
     names = set(registry.TRAINERS) if mode else {"winclip", "anomalyclip", "aprilgan", "adaclip", "mao", "bilora"}
     assert all(any(r.split(" (")[0] == n for r in rows) for n in names), rows

@@ -29,7 +29,10 @@ from poolsim import _core  # noqa: E402
 
 pytestmark = pytest.mark.slow  # Triton's interpreter in a child process, ~2 min
 
-S, N, D = 3, 24, 24  # small: the interpreter runs each tile operation through NumPy
+# small: the interpreter runs each tile operation through NumPy, one sample after the other (its cost grows
+# with S * N). N = 12 samples per slot still give both labels, unlabelled samples and, in every non-edge case,
+# accepted and rejected ones (asserted below); the kernels loop over the samples one by one (no tail block).
+S, N, D = 3, 12, 24
 TAU = {"l2": 1.3, "cosine": 0.7, "geodesic": 1.4}  # fixed radii inside the data's distance range
 
 
