@@ -3,6 +3,8 @@ the same ``Moments``, bit for bit, as the one-process run (the reference is ``ru
 scheduler); failing jobs are reported with their logs."""
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -70,18 +72,24 @@ def test_failed_jobs_are_reported_with_their_logs(tmp_path):
 
 
 @pytest.mark.slow
-def test_phase_figure_with_executor_processes_writes_the_local_files(tmp_path, monkeypatch):
+def test_phase_figure_with_executor_processes_writes_the_local_files(tmp_path):
     """``python -m poolsim.figures --only phase --quick`` with seed blocks as jobs (2 workers): every file byte
     for byte the local run's. ``--quick`` (3 seeds, one chunk) makes one job per law, so the figure's path is
-    what is tested here; several blocks per grid are summed in the tests above and below."""
-    from poolsim.figures import __main__ as cli
+    what is tested here; several blocks per grid are summed in the tests above and below.
 
-    monkeypatch.setenv("XLA_FLAGS", "")  # main() sets the compile flag; keep it to this test
-    base = ["--only", "phase", "--quick", "--format", "png"]
-    assert cli.main([*base, "--out", str(tmp_path / "local")]) == 0
+    Both runs are the command itself in a fresh interpreter, as a user starts it, with a compile cache of this
+    test's own: the jobs then find the programs the local run compiled (~20 s of XLA work per law). A job's
+    cache key holds the XLA flags its JAX started with, which an in-process run could not match here (this
+    process's JAX started before the figure command sets its compile flag)."""
+    env = {**os.environ, "POOLSIM_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("XLA_FLAGS", None)  # the figure command chooses its compile flag, as for a user
+    base = [sys.executable, "-m", "poolsim.figures", "--only", "phase", "--quick", "--format", "png"]
     jobs = tmp_path / "jobs"
-    assert cli.main([*base, "--out", str(tmp_path / "proc"), "--executor", "processes", "--max-concurrent", "2",
-                     "--jobs-dir", str(jobs)]) == 0
+    for extra in (["--out", str(tmp_path / "local")],
+                  ["--out", str(tmp_path / "proc"), "--executor", "processes", "--max-concurrent", "2",
+                   "--jobs-dir", str(jobs)]):
+        r = subprocess.run([*base, *extra], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.relative_to(jobs).parts[0] for p in jobs.glob("*/logs/*_log.out")) == [
         "contaminated", "outlier_schedule"]
     names = sorted(p.name for p in (tmp_path / "local").iterdir())
@@ -141,8 +149,6 @@ def test_cluster_flags_parse_into_checked_resources():
 
 def test_figures_default_jobs_folder_is_git_ignored():
     """A failed figure run keeps ``OUT/.figures-jobs`` (its logs): nothing there is offered for a commit."""
-    import subprocess
-
     from poolsim.figures import __main__ as cli
 
     r = subprocess.run(["git", "check-ignore", "-q", f"figures/{cli.JOBS_DIR}/contaminated/logs/1_0_log.out"],

@@ -10,6 +10,10 @@ from scipy.ndimage import gaussian_filter
 def auc_percent(labels, scores) -> float:
     """ROC AUC in percent of ``scores`` (any shape) against 0/1 ``labels`` (same size); one class only ->
     ``ValueError``."""
+    # imported here: sklearn.metrics costs ~2 s of CPU to import, which a training run without model
+    # selection (and every job process that never scores) would otherwise pay at start-up
+    from sklearn.metrics import roc_auc_score
+
     labels = np.asarray(labels).ravel()
     if len(np.unique(labels)) < 2:
         raise ValueError("AUC undefined: the labels contain one class only")
