@@ -214,8 +214,8 @@ def imports():
 def test_import_adsim_is_lazy(imports):
     assert "LAZY False False" in imports, imports
     # the detector and the trainer load torch (the probe can see it being loaded), but neither dynamo
-    # (adsim.runtime.outside_graphs asks for it only while compiling) nor scikit-learn (imported where an
-    # AUC is computed): ~2 x 1 s of CPU per process
+    # (adsim.runtime.outside_graphs asks for it only while compiling; building a CLIP backbone loads it
+    # anyway, through torchvision) nor scikit-learn (imported where an AUC is computed)
     assert "DETECTOR True False False" in imports, imports
 
 

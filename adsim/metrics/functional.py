@@ -17,10 +17,6 @@ def auc_percent(labels, scores) -> float:
     labels = np.asarray(labels).ravel()
     if len(np.unique(labels)) < 2:
         raise ValueError("AUC undefined: the labels contain one class only")
-    # imported here: scikit-learn loads SciPy's stats and pandas (~1 s of CPU), which the commands that
-    # compute no AUC (train without validation, predict) do not need
-    from sklearn.metrics import roc_auc_score
-
     return 100.0 * float(roc_auc_score(labels, np.asarray(scores).ravel()))
 
 

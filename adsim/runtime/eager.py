@@ -2,8 +2,9 @@
 
 ``torch.compiler.disable`` imports ``torch._dynamo`` (with sympy and, through its trace rules,
 scikit-learn and SciPy): ~2 s of CPU on a 2-core machine, paid by every process that merely *defines* a
-disabled function at import time, although most adsim commands never compile. :func:`outside_graphs`
-asks for the boundary only while dynamo traces, when ``torch._dynamo`` is loaded anyway.
+disabled function at import time, although most adsim commands never compile (a process that builds a
+CLIP backbone loads it anyway: torchvision imports it). :func:`outside_graphs` asks for the boundary only
+while dynamo traces, when ``torch._dynamo`` is loaded anyway.
 """
 from __future__ import annotations
 
