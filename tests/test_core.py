@@ -241,19 +241,31 @@ def test_padding_rows_are_never_included(backend):
     points = arr(np.array([[0.1, 0.0], [-0.1, 0.0], [0.0, 0.2], [0.0, 0.0], [0.05, 0.0]]))
     mass = arr(np.array([1.0, 2.0, 1.0, 0.0, 0.0]))
     c0 = arr(np.zeros(2))
+    C = arr(np.array([[0.0, 0.0], [5.0, 5.0]]))  # multimodal: mode 0 owns the three real rows
     # every row is within tau of c (cosine distance <= 2 < 2.5, angle <= pi < 3.5): only the mask
     # keeps the padding out
     expected = [1.0, 1.0, 1.0, 0.0, 0.0]
-    for metric, tau in (("l2", 1.0), ("cosine", 2.5), ("geodesic", 3.5)):
-        _, inc, total = _core.match_step(points, mass, c0 + arr(np.array([1e-3, 0.0])), tau, metric)
+    # JAX: in one jitted program (the same operations, compiled once instead of one by one)
+    run = jax.jit(_padding_outputs) if backend == "jax" else _padding_outputs
+    outs = run(points, mass, c0, arr(np.array([1e-3, 0.0])), C, arr(np.array([1.0, 1.0])))
+    for metric, (inc, total, inc_it, w, tot) in outs.items():
         np.testing.assert_array_equal(_host(inc), expected, err_msg=metric)
         assert float(_host(total)) == 4.0  # 1 + 2 + 1: the matched mass counts real points only
-        _, inc, _, _, total = _core.iterate_match(points, mass, c0, tau, "l2", tol=1e-12, max_iter=20)
-        np.testing.assert_array_equal(_host(inc), expected)
-        C = arr(np.array([[0.0, 0.0], [5.0, 5.0]]))  # multimodal: mode 0 owns the three real rows
-        _, w, tot = _core.multi_match_step(points, mass, C, arr(np.array([1.0, 1.0])), "l2")
+        np.testing.assert_array_equal(_host(inc_it), expected)
         np.testing.assert_array_equal(_host(w), np.stack([expected, np.zeros(5)], axis=1))
         np.testing.assert_array_equal(_host(tot), [4.0, 0.0])
+
+
+def _padding_outputs(points, mass, c0, shift, C, taus):
+    """Per metric (with its tau): match_step's ``(included, total)`` at ``c0 + shift``, iterate_match's
+    ``included`` (L2) from ``c0``, and multi_match_step's ``(weights, totals)`` for the modes ``C``."""
+    out = {}
+    for metric, tau in (("l2", 1.0), ("cosine", 2.5), ("geodesic", 3.5)):
+        _, inc, total = _core.match_step(points, mass, c0 + shift, tau, metric)
+        _, inc_it, _, _, _ = _core.iterate_match(points, mass, c0, tau, "l2", tol=1e-12, max_iter=20)
+        _, w, tot = _core.multi_match_step(points, mass, C, taus, "l2")
+        out[metric] = (inc, total, inc_it, w, tot)
+    return out
 
 
 def _one_step_then_exact():
