@@ -381,10 +381,13 @@ def test_summary_equals_the_per_seed_frame(materialize):
     # (the frame's eps, pandas mean/var, ci95 for the strategies, decide_claim for the paired
     # differences). 45 seeds (>= MIN_SEEDS, so the differences get intervals) in chunks of 16:
     # 3 chunks, the last one padded with 3 copies of seed 44 that must not count. x64 is on in the
-    # tests, so eps is formed in float64 on both sides: equal up to summation order.
+    # tests, so eps is formed in float64 on both sides: equal up to summation order. Each path with
+    # the parameters of a test_batched_engine_equals_vmapped_one_seed case (sharing its compiled
+    # programs).
     from poolsim import _verdict, decide_claim
 
-    kw = dict(seeds=45, chunk=CHUNK, materialize=materialize, **SMALL)
+    params = {} if materialize else {"metric": "cosine", "tau": 0.3}
+    kw = dict(seeds=45, chunk=CHUNK, materialize=materialize, **SMALL, **params)
     df = experiments.run("domain_addition", **kw)
     summ = experiments.summarize("domain_addition", **kw)
     assert list(summ.columns) == ["experiment", "K", "quantity", "n_seeds", "mean", "var",
