@@ -137,7 +137,8 @@ def resolve(name: str, params: dict) -> tuple[dict, md.MetaDist]:
 
 class _Sampler:
     """``key -> (K_max, d)`` means; equal (and hashing equal) when built from the same experiment
-    parameters, so a second :func:`spec` call with the same arguments reuses the compiled engine.
+    parameters (``chunk`` aside), so a second :func:`spec` call with the same arguments reuses the
+    compiled engine.
     A user-supplied ``metadist`` compares by identity. ``store_key``: the parameters as a string
     when they alone decide the sampler (a registered experiment's meta-distribution), so that
     the engine's compiled programs can be stored across processes; ``None`` for a user-supplied
@@ -161,8 +162,11 @@ def spec(name: str, **params) -> tuple[_engine.Spec, dict]:
     P, dist = resolve(name, params)
     K_max = P["Ks"][-1]
     mu = tuple(float(v) for v in dist.mu_star)
+    # ``chunk`` (seeds per program call) is left out: it changes the programs' argument shapes,
+    # which the compiled-program caches key on anyway, not what the programs compute, so runs with
+    # another ``chunk`` reuse the programs of every shape they share
     ident = (name, K_max, id(dist)) if P["metadist"] is not None else (
-        name, K_max, repr(sorted((k, v) for k, v in P.items() if k != "metadist")))
+        name, K_max, repr(sorted((k, v) for k, v in P.items() if k not in ("metadist", "chunk"))))
     store_key = None if P["metadist"] is not None else repr(ident)
     return _engine.Spec(_Sampler(dist, K_max, ident, store_key), K_max, P["d"], P["Ks"], int(P["n"]),
                         float(P["sigma"]), float(P["tau"]), P["metric"], P["init"], float(P["tol"]),

@@ -88,8 +88,9 @@ def test_core_same_results_numpy_jax_jit_vmap_torch(rng):
     for g in (tx.grad, tc.grad, tf.grad):
         assert g is not None and torch.isfinite(g).all()
 
-    # Gradients: jax.grad (under vmap) equals torch autograd for the differentiable pieces.
-    gj = jax.vmap(jax.grad(_differentiable_loss, argnums=(0, 1, 3)))(
+    # Gradients: jax.grad (under jit and vmap: one compile, not one per operation) equals torch
+    # autograd for the differentiable pieces.
+    gj = jax.jit(jax.vmap(jax.grad(_differentiable_loss, argnums=(0, 1, 3))))(
         *(jnp.asarray(a) for a in (x, c, w, f)))
     tx2, tc2, tf2 = (torch.tensor(a, requires_grad=True) for a in (x, c, f))
     sum(_differentiable_loss(tx2[b], tc2[b], tw[b], tf2[b]) for b in range(B)).backward()
@@ -240,19 +241,31 @@ def test_padding_rows_are_never_included(backend):
     points = arr(np.array([[0.1, 0.0], [-0.1, 0.0], [0.0, 0.2], [0.0, 0.0], [0.05, 0.0]]))
     mass = arr(np.array([1.0, 2.0, 1.0, 0.0, 0.0]))
     c0 = arr(np.zeros(2))
+    C = arr(np.array([[0.0, 0.0], [5.0, 5.0]]))  # multimodal: mode 0 owns the three real rows
     # every row is within tau of c (cosine distance <= 2 < 2.5, angle <= pi < 3.5): only the mask
     # keeps the padding out
     expected = [1.0, 1.0, 1.0, 0.0, 0.0]
-    for metric, tau in (("l2", 1.0), ("cosine", 2.5), ("geodesic", 3.5)):
-        _, inc, total = _core.match_step(points, mass, c0 + arr(np.array([1e-3, 0.0])), tau, metric)
+    # JAX: in one jitted program (the same operations, compiled once instead of one by one)
+    run = jax.jit(_padding_outputs) if backend == "jax" else _padding_outputs
+    outs = run(points, mass, c0, arr(np.array([1e-3, 0.0])), C, arr(np.array([1.0, 1.0])))
+    for metric, (inc, total, inc_it, w, tot) in outs.items():
         np.testing.assert_array_equal(_host(inc), expected, err_msg=metric)
         assert float(_host(total)) == 4.0  # 1 + 2 + 1: the matched mass counts real points only
-        _, inc, _, _, total = _core.iterate_match(points, mass, c0, tau, "l2", tol=1e-12, max_iter=20)
-        np.testing.assert_array_equal(_host(inc), expected)
-        C = arr(np.array([[0.0, 0.0], [5.0, 5.0]]))  # multimodal: mode 0 owns the three real rows
-        _, w, tot = _core.multi_match_step(points, mass, C, arr(np.array([1.0, 1.0])), "l2")
+        np.testing.assert_array_equal(_host(inc_it), expected)
         np.testing.assert_array_equal(_host(w), np.stack([expected, np.zeros(5)], axis=1))
         np.testing.assert_array_equal(_host(tot), [4.0, 0.0])
+
+
+def _padding_outputs(points, mass, c0, shift, C, taus):
+    """Per metric (with its tau): match_step's ``(included, total)`` at ``c0 + shift``, iterate_match's
+    ``included`` (L2) from ``c0``, and multi_match_step's ``(weights, totals)`` for the modes ``C``."""
+    out = {}
+    for metric, tau in (("l2", 1.0), ("cosine", 2.5), ("geodesic", 3.5)):
+        _, inc, total = _core.match_step(points, mass, c0 + shift, tau, metric)
+        _, inc_it, _, _, _ = _core.iterate_match(points, mass, c0, tau, "l2", tol=1e-12, max_iter=20)
+        _, w, tot = _core.multi_match_step(points, mass, C, taus, "l2")
+        out[metric] = (inc, total, inc_it, w, tot)
+    return out
 
 
 def _one_step_then_exact():
@@ -295,6 +308,21 @@ def test_iterate_match_stops_exactly_below_tol(backend):
     np.testing.assert_allclose(_host(run(50)[0]), [0.9 / 900], rtol=1e-15)
 
 
+def _float32_outputs(x, c, w, f, C, taus, two):
+    """Every core function's outputs on float32 inputs (``two``: the scalar 2 as an array)."""
+    outs = [_core.distance(x, c, m) for m in _core.METRICS]
+    outs += [_core.gate(outs[0], 1.0), _core.normalize(x), _core.safe_norm(x),
+             _core.cosine_similarity(x, c), _core.geodesic(x, c), *_core.weighted_mean(x, w, c),
+             _core.ema_update(c, f), _core.ema_update(c, f, renormalize=False),
+             _core.slerp_update(c, f), _core.weighted_median(x, w), _core.weighted_median(x),
+             *_core.match_step(x, w, c, 1.0, "l2"),
+             *_core.running_update(c, two, x[0], 1.0, "l2"),
+             _core.exclusive_gate(_core.distance(x[:, None, :], C[None], "l2"), taus),
+             *_core.multi_match_step(x, w, C, taus, "l2")]
+    c_it, inc, _, _, total = _core.iterate_match(x, w, c, 1.0, "l2", tol=1e-6, max_iter=10)
+    return outs + [c_it, inc, total]
+
+
 @pytest.mark.parametrize("backend", list(ARRAYS))
 def test_float32_in_float32_out(backend):
     """Every core function keeps a float32 input float32 (0/1 weights and fallbacks included), so
@@ -303,17 +331,10 @@ def test_float32_in_float32_out(backend):
     x = arr([[0.1, 0.0], [1.0, 1.0], [3.0, -1.0]])
     c, w, f = arr([0.2, 0.1]), arr([1.0, 1.0, 0.0]), arr([0.0, 1.0])
     C, taus = arr([[0.0, 0.0], [3.0, -1.0]]), arr([1.0, 0.5])
-    outs = [_core.distance(x, c, m) for m in _core.METRICS]
-    outs += [_core.gate(outs[0], 1.0), _core.normalize(x), _core.safe_norm(x),
-             _core.cosine_similarity(x, c), _core.geodesic(x, c), *_core.weighted_mean(x, w, c),
-             _core.ema_update(c, f), _core.ema_update(c, f, renormalize=False),
-             _core.slerp_update(c, f), _core.weighted_median(x, w), _core.weighted_median(x),
-             *_core.match_step(x, w, c, 1.0, "l2"),
-             *_core.running_update(c, arr(2.0), x[0], 1.0, "l2"),
-             _core.exclusive_gate(_core.distance(x[:, None, :], C[None], "l2"), taus),
-             *_core.multi_match_step(x, w, C, taus, "l2")]
-    c_it, inc, _, _, total = _core.iterate_match(x, w, c, 1.0, "l2", tol=1e-6, max_iter=10)
-    outs += [c_it, inc, total]
+    # JAX: in one jitted program (its dtype rules are those of the same operations run one by
+    # one, which would each be compiled on their own)
+    run = jax.jit(_float32_outputs) if backend == "jax" else _float32_outputs
+    outs = run(x, c, w, f, C, taus, arr(2.0))
     for i, o in enumerate(outs):
         assert str(o.dtype).endswith("float32"), (i, o.dtype)
 

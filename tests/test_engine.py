@@ -16,6 +16,9 @@ pytestmark = pytest.mark.slow  # the engine at paper sizes, ~6 min in all
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A small domain-addition set-up shared by several tests (few K values keep compiles short).
 SMALL = dict(Ks=(5, 9, 12), n=40, every=3, radius=2.5, gamma=0.5, jitter=0.2)
+# Seeds per program call of the tests that run the engine on SMALL: one shape, so the tests share
+# each spec's compiled programs (a spec's programs are compiled once per process and chunk shape).
+CHUNK = 16
 
 
 def _k_sigma(a, b, k=4.0):
@@ -41,12 +44,14 @@ def test_traced_once_per_experiment():
 
 
 def test_same_seeds_identical_frames_and_seed_independence():
-    a = experiments.run("domain_addition", seeds=6, **SMALL)
-    b = experiments.run("domain_addition", seeds=6, **SMALL)
+    a = experiments.run("domain_addition", seeds=6, chunk=CHUNK, **SMALL)
+    b = experiments.run("domain_addition", seeds=6, chunk=CHUNK, **SMALL)
     pd.testing.assert_frame_equal(a, b)
-    # A seed's result does not depend on the other seeds in the batch -- up to float rounding:
-    # XLA fuses reductions differently for another batch shape (seen: 1 ulp in float32).
-    sub = experiments.run("domain_addition", seeds=[3, 4], chunk=1, **SMALL)
+    # A seed's result does not depend on the other seeds in the batch (here seeds 0-5 and their
+    # padding, there seeds 3, 4 and theirs) -- up to float rounding: the matching loop's compacted
+    # stages gather other seeds, and XLA fuses reductions differently per batch shape (seen: 1 ulp
+    # in float32).
+    sub = experiments.run("domain_addition", seeds=[3, 4], chunk=CHUNK, **SMALL)
     pd.testing.assert_frame_equal(a[a.seed.isin([3, 4])].reset_index(drop=True), sub,
                                   check_exact=False, rtol=1e-5, atol=1e-6)
     assert list(a.columns[:8]) == ["experiment", "strategy", "seed", "K", "eps", "n_domains",
@@ -57,21 +62,22 @@ def test_same_seeds_identical_frames_and_seed_independence():
 
 def test_sharded_run_equals_unsharded_at_paper_defaults():
     # 4 forced CPU devices, domain_addition with the paper's parameters (materialised samples,
-    # 26 K values) and 1,000 seeds in chunks of 512 (2 chunks, the last padded): each device runs
+    # 26 K values) and 200 seeds in chunks of 128 (2 chunks, the last padded; the comparisons are
+    # seed by seed, so more seeds only cost run time): each device runs
     # its own matching loops, so nothing waits on another device (the auto-partitioned program
     # aborted here in a cross-device all-reduce). Compared with one device in the same process.
     code = textwrap.dedent("""
         import json, jax, numpy as np
         from poolsim import experiments
         assert len(jax.devices()) == 4, jax.devices()
-        kw = dict(seeds=1000, chunk=512)
+        kw = dict(seeds=200, chunk=128)
         a, _ = experiments.simulate("domain_addition", **kw)
         b, _ = experiments.simulate("domain_addition", shard=False, **kw)
         sa = experiments.summarize("domain_addition", **kw)
         out = {f: [bool(np.array_equal(getattr(a, f), getattr(b, f))),
                    float(np.max(np.abs(getattr(a, f).astype(float) - getattr(b, f))))]
                for f in a._fields}
-        P = dict(seeds=np.arange(1000), Ks=tuple(range(5, 31)), mu_star=0.0)
+        P = dict(seeds=np.arange(200), Ks=tuple(range(5, 31)), mu_star=0.0)
         df = experiments.frame("domain_addition", b, P)
         g = df.groupby(["K", "strategy"], sort=False).eps
         want = sa[sa.quantity.isin(["pool", "subsample", "match"])]
@@ -93,9 +99,9 @@ def test_sharded_run_equals_unsharded_at_paper_defaults():
         assert got[f][0], f
     for f in ("estimates", "means", "xbar"):
         assert got[f][1] <= 1e-6, (f, got[f])
-    # The 4-device on-device summary against the one-device frame: 1,000 seeds; mean and variance
+    # The 4-device on-device summary against the one-device frame: 200 seeds; mean and variance
     # of eps (values ~0.1-2, float32 in the child: x64 is off there) to float32 rounding.
-    assert got["summary_n"] == 1000
+    assert got["summary_n"] == 200
     assert got["summary_mean"] <= 1e-5 and got["summary_var"] <= 1e-5
 
 
@@ -121,7 +127,7 @@ def test_engine_agrees_with_reference_in_distribution():
     # must agree within 4 combined standard errors.
     kw = dict(SMALL, tau=1.1, sigma=0.8, d=2, m_frac=0.5, n_sub=10, tol=1e-4, max_iter=100)
     S_ref, S_eng = 150, 2000
-    df = experiments.run("domain_addition", seeds=S_eng, **SMALL)
+    df = experiments.run("domain_addition", seeds=S_eng, chunk=CHUNK, **SMALL)
     rng = np.random.default_rng(7)
     ref = {k: [] for k in ("pool", "subsample", "match")}
     for _ in range(S_ref):
@@ -137,10 +143,13 @@ def test_engine_agrees_with_reference_in_distribution():
 
 def test_sufficient_statistics_match_materialised_law():
     # Pooling and subsampling estimates have the same law on both paths (exact sufficient
-    # statistics, see _engine docstring): compare mean and variance of eps at every K.
-    base = dict(SMALL, init="mean")
-    a = experiments.run("domain_addition", seeds=3000, materialize=True, **base)
-    b = experiments.run("domain_addition", seeds=np.arange(10_000, 13_000), materialize=False, **base)
+    # statistics, see _engine docstring): compare mean and variance of eps at every K. Matching's
+    # init and metric do not enter pooling and subsampling: each path runs with those of a case
+    # of test_batched_engine_equals_vmapped_one_seed, whose compiled programs it shares.
+    a = experiments.run("domain_addition", seeds=3000, chunk=CHUNK, materialize=True,
+                        init="target", **SMALL)
+    b = experiments.run("domain_addition", seeds=np.arange(10_000, 13_000), chunk=CHUNK,
+                        materialize=False, init="mean", metric="geodesic", **SMALL)
     for strat in ("pool", "subsample"):
         for K in SMALL["Ks"]:
             x = a[(a.strategy == strat) & (a.K == K)].eps.values
@@ -183,20 +192,24 @@ def test_bad_input(name, params, match):
 
 def test_prefix_medians_equal_core_median(rng):
     # The engine's one-sort prefix medians against the core's masked median for every prefix
-    # (odd and even counts; ties between groups included by rounding).
+    # (odd and even counts; ties between groups included by rounding). Both jitted, as the
+    # engine runs them (one compile each instead of one per operation).
+    import jax
     import jax.numpy as jnp
     from poolsim import _core
 
     x = np.round(rng.normal(size=(37, 3)), 1)
     group = np.sort(rng.integers(0, 6, size=37))
     Ks = np.arange(1, 7)
-    got = np.asarray(_engine.prefix_medians(jnp.asarray(x), jnp.asarray(group), jnp.asarray(Ks)))
+    got = np.asarray(jax.jit(_engine.prefix_medians)(jnp.asarray(x), jnp.asarray(group),
+                                                      jnp.asarray(Ks)))
+    core_median = jax.jit(_core.weighted_median)
     for j, K in enumerate(Ks):
         if np.any(group < K):
             want = np.median(x[group < K], axis=0)  # independent: NumPy's own median
             np.testing.assert_allclose(got[j], want, atol=1e-12)
             np.testing.assert_allclose(
-                got[j], np.asarray(_core.weighted_median(jnp.asarray(x), jnp.asarray(group < K))),
+                got[j], np.asarray(core_median(jnp.asarray(x), jnp.asarray(group < K))),
                 atol=1e-12)
 
 
@@ -205,6 +218,10 @@ def test_equal_parameters_reuse_the_compiled_engine():
     b, _ = experiments.spec("domain_addition", **SMALL)
     c, _ = experiments.spec("domain_addition", **dict(SMALL, radius=3.0))
     assert a == b and hash(a) == hash(b)
+    # seeds per program call change the programs' argument shapes only: the same spec
+    d, _ = experiments.spec("domain_addition", chunk=CHUNK, **SMALL)
+    assert a == d and hash(a) == hash(d) and _engine.store_ident(a, "float32", 1) == \
+        _engine.store_ident(d, "float32", 1)
     assert a != c  # another meta-distribution parameter -> another compiled function
 
 
@@ -237,6 +254,7 @@ def test_host_prefix_medians_equal_numpy_median(rng, dtype, n, block, batch, thr
     # the 12 columns in one batch, in batches of 5 (last one short) or of 1, over 1 to 3 threads.
     # float32 goes through the packed value-and-group sort keys: negative values, zeros of both
     # signs and huge magnitudes are mixed in to exercise the order-preserving bit map.
+    import jax
     import jax.numpy as jnp
 
     G = 9
@@ -248,8 +266,10 @@ def test_host_prefix_medians_equal_numpy_median(rng, dtype, n, block, batch, thr
     assert got.shape == (2, 3, len(Ks), 2) and got.dtype == dtype
     for j, K in enumerate(Ks):
         np.testing.assert_array_equal(got[:, :, j], np.median(x[:, :, :K * n], axis=2).astype(dtype))
-    # ... and the pure-XLA version used on accelerators picks the same order statistics.
-    xla = _engine.prefix_medians(jnp.asarray(x[0, 0]), jnp.repeat(jnp.arange(G), n), jnp.asarray(Ks))
+    # ... and the pure-XLA version used on accelerators picks the same order statistics (jitted,
+    # as the engine runs it: one compile instead of one per operation).
+    xla = jax.jit(_engine.prefix_medians)(jnp.asarray(x[0, 0]), jnp.repeat(jnp.arange(G), n),
+                                          jnp.asarray(Ks))
     np.testing.assert_array_equal(np.asarray(xla), got[0, 0])
 
 
@@ -263,8 +283,8 @@ def test_batched_engine_equals_vmapped_one_seed(materialize, params):
     # program: 1 ulp seen in the pooled mean). 37 seeds, chunk 16: padded last chunk.
     spec, P = experiments.spec("domain_addition", materialize=materialize, **SMALL, **params)
     seeds = np.arange(37)
-    a = _engine.simulate(spec, seeds, chunk=16)
-    b = _engine.simulate(spec, seeds, chunk=16, batched=False)
+    a = _engine.simulate(spec, seeds, chunk=CHUNK)
+    b = _engine.simulate(spec, seeds, chunk=CHUNK, batched=False)
     for f in ("n_domains", "converged", "n_iter", "included", "means", "xbar"):
         np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
     np.testing.assert_allclose(a.estimates, b.estimates, rtol=0, atol=1e-6)
@@ -299,19 +319,22 @@ def test_fused_threefry_keys_draw_exactly_jax_numbers(dtype):
 def test_few_prefix_medians_equal_numpy_median(rng, R):
     # The rank/popcount prefix medians of the domain means (sufficient path) against NumPy's own
     # median of every prefix (independent) and against the sort-based prefix_medians (the same
-    # order statistics, so bit-identical); ties and signed zeros included by rounding.
+    # order statistics, so bit-identical); ties and signed zeros included by rounding. Both
+    # jitted, as the engine runs them (one compile each instead of one per operation).
+    import jax
     import jax.numpy as jnp
 
     x = np.round(rng.normal(size=(5, R, 2)), 1).astype(np.float32)
     x[0, :, 0] = 0.0
     x[0, ::2, 0] = -0.0
     Ks = np.arange(1, R + 1)
-    got = np.asarray(_engine.few_prefix_medians(jnp.asarray(x), tuple(Ks)))
+    got = np.asarray(jax.jit(_engine.few_prefix_medians, static_argnums=1)(jnp.asarray(x), tuple(Ks)))
+    sort = np.asarray(jax.jit(jax.vmap(_engine.prefix_medians, in_axes=(0, None, None)))(
+        jnp.asarray(x), jnp.arange(R), jnp.asarray(Ks)))  # seed by seed
     for s in range(x.shape[0]):
         for j, K in enumerate(Ks):
             np.testing.assert_array_equal(got[s, j], np.median(x[s, :K], axis=0))
-        sort = _engine.prefix_medians(jnp.asarray(x[s]), jnp.arange(R), jnp.asarray(Ks))
-        np.testing.assert_array_equal(got[s], np.asarray(sort))
+        np.testing.assert_array_equal(got[s], sort[s])
     with pytest.raises(ValueError, match="at most 32 rows"):
         _engine.few_prefix_medians(jnp.zeros((1, 33, 2)), (5,))
 
@@ -358,10 +381,13 @@ def test_summary_equals_the_per_seed_frame(materialize):
     # (the frame's eps, pandas mean/var, ci95 for the strategies, decide_claim for the paired
     # differences). 45 seeds (>= MIN_SEEDS, so the differences get intervals) in chunks of 16:
     # 3 chunks, the last one padded with 3 copies of seed 44 that must not count. x64 is on in the
-    # tests, so eps is formed in float64 on both sides: equal up to summation order.
+    # tests, so eps is formed in float64 on both sides: equal up to summation order. Each path with
+    # the parameters of a test_batched_engine_equals_vmapped_one_seed case (sharing its compiled
+    # programs).
     from poolsim import _verdict, decide_claim
 
-    kw = dict(seeds=45, chunk=16, materialize=materialize, **SMALL)
+    params = {} if materialize else {"metric": "cosine", "tau": 0.3}
+    kw = dict(seeds=45, chunk=CHUNK, materialize=materialize, **SMALL, **params)
     df = experiments.run("domain_addition", **kw)
     summ = experiments.summarize("domain_addition", **kw)
     assert list(summ.columns) == ["experiment", "K", "quantity", "n_seeds", "mean", "var",
@@ -386,7 +412,7 @@ def test_summary_equals_the_per_seed_frame(materialize):
 def test_summary_under_min_seeds_has_no_difference_interval():
     # decide_claim's rule: fewer than MIN_SEEDS paired seeds -> no interval (NaN), never a
     # zero-width one; the strategies' own rows keep ci95's interval.
-    summ = experiments.summarize("domain_addition", seeds=5, **SMALL)
+    summ = experiments.summarize("domain_addition", seeds=5, chunk=CHUNK, **SMALL)
     paired = summ.quantity.str.contains(" - ")
     assert summ[paired].ci_low.isna().all() and summ[paired].ci_high.isna().all()
     own = summ[~paired]
@@ -428,5 +454,5 @@ def test_gather_both_ways_equals_numpy_concatenation(rng, on_device):
 
 def test_progress_reports_every_seed_once():
     seen = []
-    experiments.run("domain_addition", seeds=11, chunk=4, progress=seen.append, **SMALL)
-    assert seen == [4, 4, 3]  # chunks in order; the padded last chunk counts its 3 real seeds
+    experiments.run("domain_addition", seeds=37, chunk=CHUNK, progress=seen.append, **SMALL)
+    assert seen == [16, 16, 5]  # chunks in order; the padded last chunk counts its 5 real seeds
