@@ -8,6 +8,7 @@ check, not a timing). Appends ``name|measured|target|ok`` rows to ``--targets``.
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import warnings
 from pathlib import Path
@@ -28,12 +29,9 @@ def main(argv=None) -> int:
     from test_adsim_step_syncs import CASES, _batches, _setup  # the tests' cases and set-up
 
     from adsim.model.backbone import build_backbone
-    from adsim.training.train import make_optimizer, train_epoch
+    from adsim.training.train import _epoch_steps, make_optimizer, train_epoch
 
     warnings.simplefilter("ignore")
-    import inspect
-
-    from adsim.training.train import _epoch_steps
     lines, first = inspect.getsourcelines(_epoch_steps)
     epoch_end = next(f"train.py:{first + i}" for i, line in enumerate(lines)
                      if line.strip().startswith("return {\"steps\""))
@@ -56,7 +54,6 @@ def main(argv=None) -> int:
                 from adsim.model.head import deferred_finite_checks
                 with warnings.catch_warnings(record=True) as caught, deferred_finite_checks() as pending:
                     warnings.simplefilter("always")
-                    from adsim.training.train import _epoch_steps
                     _epoch_steps(cfg, module, opt, scaler, batches[1:], lambda x: forward(x), tiny.spec.grid, dev,
                                  torch.bfloat16, "sync", False, None, loss_fn, pending)
                     torch.cuda.set_sync_debug_mode(0)

@@ -136,7 +136,8 @@ def test_quick_collection_keeps_every_value_of_every_parameter(tmp_path):
     (a probe plugin prints the ids pytest hands to ``pytest_deselected``)."""
     (tmp_path / "deselected_probe.py").write_text(
         "def pytest_deselected(items):\n    for item in items:\n        print('DESELECTED', item.nodeid)\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    path = [str(tmp_path), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider",
                           "-p", "deselected_probe", "-m", "not slow", "tests/test_strategies.py"], cwd=ROOT,
                          check=True, capture_output=True, text=True, env=env).stdout
