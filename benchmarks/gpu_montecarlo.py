@@ -14,11 +14,18 @@ The materialised path gets its own, smaller chunk: its XLA prefix medians hold a
 (nK, K_max n, d) running count per seed (26 x 3000 x 2 int32 = 624 kB), ~82 GB at 131,072 seeds.
 
 Without a GPU it stops with a message, unless ``--allow-cpu`` (a smoke run; use few seeds).
+
+``--anchor FILE`` (default ``../shared/anchors/jax_da_anchor.py``, the workplace's 40-line vmapped JAX loop of
+the same experiment at the level of domain means) runs that reference in a subprocess with the same seed count,
+on the same device, in the same run, and adds the engine / anchor ratio to every row. The anchor is a
+reference, not project code: it is run, never imported. ``--anchor none`` skips it.
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import os
+import subprocess
 import sys
 import time
 
@@ -37,6 +44,9 @@ def main(argv=None) -> int:
     ap.add_argument("--allow-cpu", action="store_true")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS.md"))
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--anchor", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "anchors",
+                                                     "jax_da_anchor.py"),
+                    help="the reference loop to run in the same run (a file; 'none' skips it)")
     ap.add_argument("--profile", action="store_true",
                     help="also split one chunk's time (sufficient path) into the draws program, the "
                          "estimates program and the copy to the host")
@@ -68,6 +78,7 @@ def main(argv=None) -> int:
                      "summary on device" if summary else "per-seed arrays", chunk, first, warm,
                      target))
     name = getattr(dev, "device_kind", dev.platform)
+    anchor = _anchor(args.anchor, args.seeds)
     lines = [f"Device: {name}. Host: {machine_info()}.",
              f"`domain_addition`, paper parameters, {args.seeds:,} seeds, float32.", "",
              "| path | returns | chunk | first call incl. compile (s) | after compilation (s) "
@@ -80,6 +91,14 @@ def main(argv=None) -> int:
 
     lines += [f"| {p} | {r} | {c:,} | {f:.2f} | {w:.3f} | {args.seeds / w:,.0f} | {met(w, f, t)} |"
               for p, r, c, f, w, t in rows]
+    if anchor:
+        a = anchor["s"]
+        lines += ["", f"Anchor (`{os.path.basename(args.anchor)}`, same seeds, same device, this run): first call "
+                      f"{anchor['first_call_s']:.2f} s, after compilation {a:.3f} s "
+                      f"({anchor['seeds_per_s']:,.0f} seeds/s, backend {anchor['backend']}).", "",
+                  "| path | returns | engine / anchor, after compilation | target |", "|---|---|---:|---|"]
+        lines += [f"| {p} | {r} | {w / a:.2f} | {'<= 1' if r.startswith('summary') else '<= 2'} |"
+                  for p, r, c, f, w, t in rows if p.startswith("sufficient")]
     if args.profile:
         lines += ["", *_profile(args.chunk)]
     body = "\n".join(lines)
@@ -87,6 +106,17 @@ def main(argv=None) -> int:
     if not args.no_write:
         write_section(args.out, "Monte-Carlo engine (GPU)", body)
     return 0
+
+
+def _anchor(path: str, seeds: int) -> dict | None:
+    """The anchor's result dict (it prints one Python literal), run in a fresh interpreter; None if skipped."""
+    if path == "none":
+        return None
+    if not os.path.isfile(path):
+        print(f"anchor {path} not found: no ratio (pass --anchor FILE or --anchor none)", file=sys.stderr)
+        return None
+    p = subprocess.run([sys.executable, path, str(seeds)], capture_output=True, text=True, check=True)
+    return ast.literal_eval(p.stdout.strip().splitlines()[-1])
 
 
 def _profile(chunk: int) -> list[str]:

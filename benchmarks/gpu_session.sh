@@ -15,6 +15,11 @@
 # written into benchmarks/RESULTS.md: copy the tables there with the card's name.
 # The toy data and run folders of section 4 go to $E2E_DIR (default /tmp/adsim_e2e), not $OUT: the device
 # tool brings back at most 8 files (call 1 writes 8 into $OUT, call 2 seven).
+# The engine's rows are compared with the workplace's JAX anchor (../shared/anchors/jax_da_anchor.py, run by
+# gpu_montecarlo.py in the same run on the same card; ANCHORS=DIR points elsewhere). The device tool copies the
+# repository only: put a transient copy in the git-ignored .anchors/ and carry it (never commit it):
+#     mkdir -p .anchors && cp ../shared/anchors/jax_da_anchor.py .anchors/   # here, before the device call
+#     run(command="ANCHORS=.anchors OUT=$OUT SECTIONS='mc ad' bash benchmarks/gpu_session.sh", carry=[".anchors"])
 # Each section has its own timeout so that a slow one cannot eat the others' time. A session's 15 minutes
 # of device time hold two calls on one warm machine (the start-up, 1-2 minutes, counts too):
 #
@@ -24,6 +29,9 @@
 # Both calls write a warm compile cache (adsim.runtime.compile_cache) into $HOME's cache: the second call's
 # compiled steps are its warm measurement. The targets table prints even when a section is cut (trap).
 #
+# The engine / anchor ratios, the compiled exact step, every Table-1 method and the ViT-L cell take two calls of
+# up to ~550 s each (SECTIONS="mc ad": 10 + 120 + 180 + 240 s; SECTIONS="cell bl": 10 + 300 + 240 s): more than
+# one session's 15 minutes of device time with its start-up, so one call per session, "mc ad" first.
 # (measured on an H200, 2026-11-26: the first call took 400 s with its ad section cut short at 210 s, the
 # e2e section needed ~300 s at 60 s per command and did not finish, "bl" took 60 s). SECTIONS="mc gate ad
 # e2e" (the default) runs the four in one call (up to 700 s: over one call's 600 s, so name the sections);
@@ -55,7 +63,8 @@ on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 # 1. Monte-Carlo engine: both paths at 10^6 seeds, per seed and as an on-device summary (rows "summary on
 #    device"; targets <= 0.5 s per seed, <= 0.2 s summary, first call <= 20 s), then one chunk split by
 #    program; section "mcchunk" tries larger chunks (fewer matching-loop trips per seed), sufficient path only.
-on mc && timeout 90 python3 benchmarks/gpu_montecarlo.py --profile --out "$OUT/mc.md" 2>&1 | tee "$OUT/mc.log"
+on mc && timeout 120 python3 benchmarks/gpu_montecarlo.py --profile --out "$OUT/mc.md" \
+    --anchor "${ANCHORS:-../shared/anchors}/jax_da_anchor.py" 2>&1 | tee "$OUT/mc.log"
 # 1b. Compile once per machine and the user-facing frame: two fresh processes share a new
 #    POOLSIM_CACHE_DIR; each times its first `experiments.run` (10^6 seeds, sufficient path, frame
 #    built: target <= 2 s once compiled), cold cache then warm (targets <= 20 s / <= 5 s).
@@ -125,5 +134,13 @@ on sync && timeout 60 python3 benchmarks/gpu_sync_check.py --targets "$TARGETS" 
 #    benchmarks/adsim_exact_step.py runs its child on CPU tensors.
 on exact && timeout 60 python3 benchmarks/adsim_exact_step.py --batch 16 --iters 3 --out "$OUT/exact.md" 2>&1 \
     | tee "$OUT/exact.log"
+
+# 8. One Table-1 cell end to end at ViT-L-14-336 (random weights: times only): the default recipe's train (2
+#    epochs, the first the warm-up) and eval on a toy copy, seconds per epoch and per cell, and the grid's
+#    projected hours on one GPU and over the machine's GPUs (--executor processes). The projection uses the
+#    toy's image counts unless CELL_DATA names a BMAD copy; it is labelled so.
+on cell && timeout 300 python3 benchmarks/gpu_cell.py --backbone ViT-L-14-336 --device cuda --epochs 2 \
+    --out "${E2E_DIR:-/tmp/adsim_e2e}/cell" ${CELL_DATA:+--data "$CELL_DATA"} --targets-file "$TARGETS" 2>&1 \
+    | grep -v "^WARNING:root" | tee "$OUT/cell.log"
 
 # The table of every target (measured vs target, met or not) prints from the EXIT trap above.
