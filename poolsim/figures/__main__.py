@@ -40,6 +40,7 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import _cluster
 from .._io import file_mode
@@ -84,6 +85,11 @@ def _parser(names) -> argparse.ArgumentParser:
                        help="make every figure, the optional ones too")
     p.add_argument("--quick", action="store_true",
                    help="at most 3 seeds (a smoke run; the numbers are then noisy)")
+    p.add_argument("--check", action="store_true",
+                   help="rerun into a scratch folder and compare with the results in --out (the committed "
+                        "figures/ by default), which stay untouched: one table per figure (largest "
+                        "difference in interval half-widths, verdicts); exit 1 naming the figure and "
+                        "claim when a verdict differs or a number is out of tolerance")
     p.add_argument("--format", default="png,pdf",
                    help=f"comma-separated image formats among {', '.join(FORMATS)} (default: png,pdf)")
     g = _cluster.add_arguments(p, unit="seed block")
@@ -127,7 +133,7 @@ def _configure_xla() -> None:
 
 
 def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper: bool,
-          keep: bool | None = None, resources=None, jobs_dir: Path | None = None) -> None:
+          keep: bool | None = None, resources=None, jobs_dir: Path | None = None) -> "Written":
     """``keep`` (default: ``only``): keep the other figures' verdict rows and sections already in
     ``out`` (the default run keeps the optional figures' ones). ``resources``
     (:class:`poolsim.cluster.Resources`): the figures that take it run their seeds as scheduler jobs,
@@ -146,6 +152,8 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
     S = _data.n_seeds(seeds, quick)
     jobs = [job for m in modules for job in getattr(m, "SIMULATIONS", [])]
     tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=out))
+    close: list = []  # tables that reproduce the committed ones within tolerance, not bit for bit
+    written: list = []
     mode = file_mode()
 
     stop = threading.Event()  # set when this thread fails: the background figure stops early
@@ -177,8 +185,10 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
                       desc="simulating (seeds)", unit="seed") as bar:
                 _data.prefetch(jobs, seeds=S, progress=bar.update)
         sections, verdicts = {}, []
+        old_verdicts = _text(out / "verdicts.csv")
         for name, mod in zip(names, tqdm(modules, desc="figures", unit="fig")):
             df = pending[name].result() if name in pending else compute(name, mod)
+            df = _as_committed(df, name, _text(out / f"{name}.csv"), old_verdicts, close)
             df.to_csv(tmp / f"{name}.csv", index=False)
             fig = mod.plot(df)
             try:
@@ -197,14 +207,64 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
         table.to_csv(tmp / "verdicts.csv", index=False)
         (tmp / "summary.md").write_text(_summary(names, seeds, S, quick, paper, sections, table))
         for f in sorted(tmp.iterdir()):
-            if _same_bytes(f, out / f.name):
-                continue  # a rerun that changes nothing rewrites nothing
+            if _same_bytes(f, out / f.name) or (f.suffix == ".csv" and _equivalent(f, out / f.name)):
+                continue  # a rerun that changes nothing (beyond float noise) rewrites nothing
             os.chmod(f, mode)
             os.replace(f, out / f.name)
+            written.append(f.name)
     finally:
         stop.set()
         background.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(tmp, ignore_errors=True)
+    return Written(written, close)
+
+
+class Written(NamedTuple):
+    """What :func:`_make` did: ``files`` (names) it wrote or replaced; ``reproduced``: figure tables
+    (and their verdict rows) whose numbers differed from the ones in the folder only within
+    tolerance (:mod:`poolsim.figures._compare`), so they and their images were kept."""
+
+    files: list
+    reproduced: list
+
+
+def _text(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def _equivalent(new: Path, old: Path) -> bool:
+    """``old`` exists and ``new`` reproduces its numbers within tolerance (:func:`_compare.compare`)."""
+    from . import _compare
+
+    if not old.is_file():
+        return False
+    key = _compare.VERDICT_KEY if new.name == "verdicts.csv" else None
+    return _compare.compare(new.read_text(encoding="utf-8"), old.read_text(encoding="utf-8"), key).same
+
+
+def _as_committed(df, name: str, old_csv: str | None, old_verdicts: str | None, close: list):
+    """A figure's frame with the numbers already in the output folder where the rerun reproduces
+    them within tolerance: its table (``old_csv``) and, separately, its verdict rows (of
+    ``old_verdicts``). Plotting and summarising the result then gives the committed images and
+    summary lines byte for byte (same code), whatever float noise the CPU added. Names of the
+    tables kept although not bit-identical are appended to ``close``."""
+    from . import _compare, _data
+
+    if old_csv is not None:
+        diff = _compare.compare(df.to_csv(index=False), old_csv)
+        if diff.same:
+            df = _compare.snap_frame(df, old_csv)
+            if not diff.bitwise:
+                close.append(f"{name}.csv")
+    if old_verdicts is not None and df.attrs.get("verdicts"):
+        mine = _data.verdicts_of(df)
+        theirs = _compare.rows_where(old_verdicts, "figure", name, mine.columns)
+        diff = _compare.compare(mine.to_csv(index=False), theirs, _compare.VERDICT_KEY)
+        if diff.same:
+            df.attrs["verdicts"] = _compare.snap_rows(df.attrs["verdicts"], old_verdicts)
+            if not diff.bitwise:
+                close.append(f"{name} claims")
+    return df
 
 
 def _sections(text: str) -> dict:
@@ -336,20 +396,53 @@ def main(argv=None) -> int:
             raise ValueError(f"--executor {res.executor}: none of the figures made ({', '.join(names)}) runs "
                              f"seed blocks as jobs; those that do: "
                              f"{', '.join(n for n in names_all if _takes_jobs(load(n)))}")
+        seeds = PAPER_SEEDS if args.paper_seeds else args.seeds
+        settings = dict(seeds=seeds, quick=args.quick, paper=seeds == PAPER_SEEDS and not args.quick,
+                        resources=None if res.executor == "local" else res)
+        if args.check:
+            return _check(names, args, settings)
         out = _check_out(args.out)
         _configure_xla()
-        seeds = PAPER_SEEDS if args.paper_seeds else args.seeds
         jobs_dir = (args.jobs_dir or out / JOBS_DIR).expanduser().resolve()
-        _make(names, out, seeds, args.quick, list(dict.fromkeys(formats)), bool(args.only),
-              seeds == PAPER_SEEDS and not args.quick,  # --seeds 10 is the paper's picture too
-              keep=bool(args.only) or len(names) < len(names_all),
-              resources=None if res.executor == "local" else res, jobs_dir=jobs_dir)
+        done = _make(names, out, settings["seeds"], args.quick, list(dict.fromkeys(formats)), bool(args.only),
+                     settings["paper"],  # --seeds 10 is the paper's picture too
+                     keep=bool(args.only) or len(names) < len(names_all),
+                     resources=settings["resources"], jobs_dir=jobs_dir)
         if res.executor != "local" and args.jobs_dir is None:
             shutil.rmtree(jobs_dir, ignore_errors=True)  # kept after a failure: the error names its logs
     except (ValueError, OSError, _cluster.GridFailed) as exc:
         return _fail(str(exc))
-    print(f"wrote {len(names)} figure(s), verdicts.csv and summary.md to {out}", file=sys.stderr)
+    print(f"made {len(names)} figure(s) in {out}: "
+          + (f"wrote {', '.join(done.files)}" if done.files else "no file changed")
+          + (f"; kept {', '.join(done.reproduced)}: reproduced within tolerance, not bit for bit "
+             f"(docs/results.md)" if done.reproduced else ""), file=sys.stderr)
     return 0
+
+
+def _check(names, args, settings) -> int:
+    """``--check``: make ``names`` into a scratch folder, compare with ``--out``; 0 when every
+    number is within tolerance and every verdict equal, else 1 (each difference on stderr)."""
+    from . import _check as check
+
+    committed = args.out.expanduser().resolve()
+    if not committed.is_dir():
+        raise ValueError(f"--check compares with --out {committed}, which is not a folder")
+    _configure_xla()
+    scratch = Path(tempfile.mkdtemp(prefix="poolsim-figures-check-"))
+    try:
+        jobs_dir = (args.jobs_dir or scratch / JOBS_DIR).expanduser().resolve()
+        _make(names, scratch, settings["seeds"], settings["quick"], [], False, settings["paper"],
+              keep=False, resources=settings["resources"], jobs_dir=jobs_dir)
+        rep = check.report(names, scratch, committed)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(rep.text)
+    for line in rep.problems:
+        print(f"poolsim.figures --check: {line}", file=sys.stderr)
+    verdict = (f"{len(rep.problems)} difference(s) beyond tolerance" if rep.problems else
+               "every number within tolerance and every verdict equal")
+    print(f"poolsim.figures --check: {', '.join(names)} vs {committed}: {verdict}", file=sys.stderr)
+    return 1 if rep.problems else 0
 
 
 if __name__ == "__main__":
