@@ -5,7 +5,7 @@ JAX's persistent compilation cache (:func:`poolsim._cache.enable_jax_cache`) sav
 its key is a hash of the lowered program, so every process still traces and lowers each program to
 find its entry (about 1 s of the engine's warm first call on a 2-core CPU). A :class:`Program` keeps
 the compiled executables themselves (``jax.experimental.serialize_executable``) in
-``poolsim.cache_dir("programs")``, one file per program and argument signature, under a key made of
+``poolsim.io.cache_dir("programs")``, one file per program and argument signature, under a key made of
 everything that decides the program without tracing it:
 
 * the caller's description of the traced function and its static arguments (``ident``; the engine
@@ -52,7 +52,7 @@ _compile_lock = threading.Lock()
 
 
 def store_dir() -> Path | None:
-    """The folder of stored programs, ``poolsim.cache_dir("programs")``; ``None`` when
+    """The folder of stored programs, ``poolsim.io.cache_dir("programs")``; ``None`` when
     ``POOLSIM_CACHE_DIR`` disables caching."""
     return _cache.cache_dir(STORE_KIND)
 
