@@ -1,5 +1,5 @@
 """Command line: ``python -m poolsim.figures [--out DIR] [--seeds S | --paper-seeds]
-[--only NAME ... | --all] [--quick] [--format png,pdf]``.
+[--only NAME ... | --all] [--quick] [--check] [--format png,pdf]``.
 
 The default run makes the figures of ``FIGURES``; the optional ones (``OPTIONAL``: the ``phase``
 decision map, ~2 min of Monte Carlo) only with ``--only NAME`` or ``--all``.
@@ -13,8 +13,12 @@ Everything is first written into a temporary folder ``DIR/.figures-tmp-*`` (git-
 moved into DIR (``os.replace``, file by file) once every figure has succeeded, so a failed run
 leaves DIR as it was; files get the usual ``0644`` (umask) permissions. The files hold no date or command
 line (summary.md names the run's settings and the JAX version; images carry no matplotlib stamp), so a rerun with the same settings
-produces the same bytes, and a file whose bytes did not change is not rewritten (``git status`` stays
-clean after the default run).
+produces the same bytes, and a file whose bytes did not change is not rewritten. A figure whose table
+and verdict rows reproduce the ones already in DIR within tolerance (float32 sums in another order on
+another CPU; :mod:`poolsim.figures._compare`) is drawn and summarised from the numbers in DIR and its
+files are kept, so ``git status`` stays clean after the default run on any x86-64 CPU; a real change
+rewrites the files it changes. ``--check`` reruns into a scratch folder and compares with DIR instead
+(one table per figure, exit status 1 naming the figure and claim of every difference).
 
 Seeds: ``--seeds`` (default :data:`DEFAULT_SEEDS`) per experiment; the costly figures cap it
 (``baselines``, ``flow_bridge``, ``multimodal``: their ``MAX_SEEDS``). ``--paper-seeds`` runs the
