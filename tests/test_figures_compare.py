@@ -164,3 +164,25 @@ def test_a_rerun_under_another_instruction_set_leaves_the_folder_clean(tmp_path)
     r = run(clone, sse, "--check")
     assert r.returncode == 0, r.stderr
     assert "## synthetic_intro" in r.stdout and "reproduced |" in r.stdout
+
+
+def test_render_store_keys_on_the_inputs_and_only_keeps_poolsim_figures(tmp_path, monkeypatch):
+    from poolsim.figures import _renders, asymptotic
+
+    monkeypatch.setenv("POOLSIM_CACHE_DIR", str(tmp_path / "cache"))
+    df = pd.DataFrame({"mean": [0.5, 0.25]})
+    df.attrs["params"] = {"K": 5}
+    other = df.copy()
+    other.attrs = {"params": {"K": 6}}  # the same numbers, other parameters: another picture
+    keys = {_renders.key("asymptotic", "png", d) for d in (df, other)} | {_renders.key("asymptotic", "pdf", df)}
+    assert len(keys) == 3
+    assert _renders.covered(asymptotic) and not _renders.covered(_fake("asymptotic", 1.0))
+    (tmp_path / "asymptotic.png").write_bytes(b"png bytes")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    assert not _renders.load(asymptotic, "asymptotic", ["png"], df, dest)
+    _renders.store(asymptotic, "asymptotic", ["png"], df, tmp_path)
+    assert _renders.load(asymptotic, "asymptotic", ["png"], df, dest)
+    assert (dest / "asymptotic.png").read_bytes() == b"png bytes"
+    assert not _renders.load(asymptotic, "asymptotic", ["png"], other, dest)
+    assert not _renders.load(asymptotic, "asymptotic", ["png", "pdf"], df, dest)  # every format or none

@@ -150,7 +150,7 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
     import pandas as pd
     from tqdm import tqdm
 
-    from . import _data, load
+    from . import _data, _renders, load
 
     modules = [load(n) for n in names]
     S = _data.n_seeds(seeds, quick)
@@ -194,14 +194,16 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
             df = pending[name].result() if name in pending else compute(name, mod)
             df = _as_committed(df, name, _text(out / f"{name}.csv"), old_verdicts, close)
             df.to_csv(tmp / f"{name}.csv", index=False)
-            fig = mod.plot(df)
-            try:
-                for fmt in formats:
-                    # a fixed salt: SVG element ids are hashes of it (a random one by default)
-                    with matplotlib.rc_context({"svg.hashsalt": f"poolsim.figures {name}"}):
-                        fig.savefig(tmp / f"{name}.{fmt}", dpi=150, metadata=_metadata(fmt))
-            finally:
-                plt.close(fig)
+            if not _renders.load(mod, name, formats, df, tmp):  # drawn before from these very inputs
+                fig = mod.plot(df)
+                try:
+                    for fmt in formats:
+                        # a fixed salt: SVG element ids are hashes of it (a random one by default)
+                        with matplotlib.rc_context({"svg.hashsalt": f"poolsim.figures {name}"}):
+                            fig.savefig(tmp / f"{name}.{fmt}", dpi=150, metadata=_metadata(fmt))
+                finally:
+                    plt.close(fig)
+                _renders.store(mod, name, formats, df, tmp)
             sections[name] = mod.summarize(df).rstrip("\n") + "\n"
             verdicts.append(_data.verdicts_of(df))
         table = pd.concat(verdicts, ignore_index=True)
