@@ -421,7 +421,7 @@ def main(argv=None) -> int:
     print(f"made {len(names)} figure(s) in {out}: "
           + (f"wrote {', '.join(done.files)}" if done.files else "no file changed")
           + (f"; kept {', '.join(done.reproduced)}: reproduced within tolerance, not bit for bit "
-             f"(docs/getting-started.md, "Reproduced or changed")" if done.reproduced else ""), file=sys.stderr)
+             f"(docs/getting-started.md, 'Reproduced or changed')" if done.reproduced else ""), file=sys.stderr)
     return 0
 
 
