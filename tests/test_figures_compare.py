@@ -3,6 +3,7 @@ the CLI keeping files whose numbers only carry float noise while a real change r
 ``--check`` failing on an altered verdict. The fast tests use fake figures (no JAX); the slow one
 runs a real figure natively and under XLA limited to SSE4.2 (float32 sums in another order)."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -134,6 +135,15 @@ def test_check_passes_on_noise_and_fails_naming_figure_and_claim_on_an_altered_v
     assert ("poolsim.figures --check: second: verdicts.csv: second / second is positive: verdict is "
             "'holds', committed 'does not hold'") in cap.err
     assert _state(out) == altered  # --check writes nothing into --out
+    v.loc[v["figure"] == "second", "verdict"] = "holds"
+    v.to_csv(out / "verdicts.csv", index=False)
+    t = pd.read_csv(out / "first.csv")
+    t["mean"] *= 1.001  # a committed number the rerun does not reproduce (1e-3 relative, tolerance 1e-5)
+    t.to_csv(out / "first.csv", index=False)
+    assert cli.main(["--check", "--out", str(out), "--seeds", "40"]) == 1
+    err = capsys.readouterr().err
+    assert re.search(r"poolsim.figures --check: first: first.csv: row 1: mean = 1.0000000\d*, committed 1.001 ", err)
+    assert "--check: second:" not in err  # the other figure reproduces
     assert {k: v for k, v in before.items() if k != "verdicts.csv"} == \
         {k: v for k, v in altered.items() if k != "verdicts.csv"}
 
