@@ -31,7 +31,7 @@ runs the seeds of the figures that accept it (the decision map, ``phase``) as sc
 Compilation dominates the engine figures' time at small seed counts, so unless ``XLA_FLAGS``
 already sets it this CLI compiles with ``--xla_backend_optimization_level=0`` and compiles the
 distinct simulations in parallel threads; the figures that share no engine simulation
-(``flow_bridge``, ``multimodal``) are computed meanwhile in a background thread.
+(``flow_bridge``, ``multimodal``) are computed meanwhile in background threads.
 """
 from __future__ import annotations
 
@@ -175,12 +175,14 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
             return mod.compute(seeds=seeds, quick=quick, progress=progress, **jobs)
 
     # Figures that share no engine simulation (no SIMULATIONS: flow fits, the multimodal loop) are
-    # computed in one background thread from the start, while this thread runs the engine
-    # simulations and the other figures: most of their time is XLA work or NumPy that releases
-    # the GIL, and the figure run otherwise leaves one of the two cores idle half the time.
+    # computed in two background threads from the start (each its own figure), while this thread
+    # runs the engine simulations and the other figures: most of their time is XLA work or NumPy
+    # that releases the GIL, and the figure run otherwise leaves one of the two cores idle half the
+    # time (with one background thread, multimodal waited for the flow fits: a warm run took 18 s
+    # instead of 15 s on 2 cores, benchmarks/results/figures_run.md).
     # Results do not depend on the thread (every computation has its own seeds); plotting stays in
     # this thread (matplotlib is not thread-safe).
-    background = ThreadPoolExecutor(max_workers=1)
+    background = ThreadPoolExecutor(max_workers=2)
     pending = {name: background.submit(compute, name, mod)
                for name, mod in zip(names, modules) if not hasattr(mod, "SIMULATIONS")}
     try:
