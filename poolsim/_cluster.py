@@ -14,7 +14,7 @@ facebookincubator/submitit>`_ -- the optional extra ``pip install -e ".[cluster]
 A job that fails -- an exception, a killed worker, a node lost -- is submitted again up to ``retries``
 times; whatever it had checkpointed is its own business (the adsim cells resume from their run folders).
 A job is *checkpointable* in submitit's sense: on a Slurm time limit or pre-emption it is requeued with
-the same arguments. Each job runs under :func:`poolsim.folder_lock` of ``folder/<name>/`` with
+the same arguments. Each job runs under :func:`poolsim.io.folder_lock` of ``folder/<name>/`` with
 ``wait=True``, so two copies of one job (a requeue racing an orphan of a killed driver) never run at
 once: the second waits and then finds the result already written. Jobs that still fail are returned
 with the path of their log. ``executor="local"`` is not handled here: callers keep their own

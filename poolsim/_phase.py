@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _cache, _cluster, _engine, _rng
+from . import _cache, _cluster, _engine, _programs, _rng
 
 LAWS = ("contaminated", "outlier_schedule")
 SHARE_DENOM = 36  # outlier_schedule shares are j / 36 (1/3 = 12/36 is the paper's "every third")
@@ -331,8 +331,14 @@ _COMPILER_OPTIONS = {"xla_backend_optimization_level": 3}
 
 @functools.lru_cache(maxsize=16)
 def _compiled(spec: GridSpec) -> Callable:
-    draws = jax.jit(functools.partial(_draws, spec), compiler_options=_COMPILER_OPTIONS)
-    chunk = jax.jit(functools.partial(_chunk, spec), compiler_options=_COMPILER_OPTIONS)
+    """The map's two programs (draws, then the chunk's statistics), kept in the program store
+    (:class:`poolsim._programs.Program`): ``spec`` (plain numbers and strings) and the compiler
+    options decide what they trace to, so a second process loads them instead of compiling."""
+    ident = f"{spec!r} {sorted(_COMPILER_OPTIONS.items())!r}"
+    draws = _programs.Program(jax.jit(functools.partial(_draws, spec), compiler_options=_COMPILER_OPTIONS),
+                              "phase-draws", ident)
+    chunk = _programs.Program(jax.jit(functools.partial(_chunk, spec), compiler_options=_COMPILER_OPTIONS),
+                              "phase-chunk", ident)
     return lambda keys, *args: chunk(draws(keys), *args)
 
 

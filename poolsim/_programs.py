@@ -5,7 +5,7 @@ JAX's persistent compilation cache (:func:`poolsim._cache.enable_jax_cache`) sav
 its key is a hash of the lowered program, so every process still traces and lowers each program to
 find its entry (about 1 s of the engine's warm first call on a 2-core CPU). A :class:`Program` keeps
 the compiled executables themselves (``jax.experimental.serialize_executable``) in
-``poolsim.cache_dir("programs")``, one file per program and argument signature, under a key made of
+``poolsim.io.cache_dir("programs")``, one file per program and argument signature, under a key made of
 everything that decides the program without tracing it:
 
 * the caller's description of the traced function and its static arguments (``ident``; the engine
@@ -52,7 +52,7 @@ _compile_lock = threading.Lock()
 
 
 def store_dir() -> Path | None:
-    """The folder of stored programs, ``poolsim.cache_dir("programs")``; ``None`` when
+    """The folder of stored programs, ``poolsim.io.cache_dir("programs")``; ``None`` when
     ``POOLSIM_CACHE_DIR`` disables caching."""
     return _cache.cache_dir(STORE_KIND)
 
@@ -121,6 +121,26 @@ def _flags() -> tuple:
                  for name in sorted(cfg.values) if not any(s in name for s in IGNORED_FLAGS))
 
 
+def _config_key():
+    """A cheap key of the JAX configuration for this process's in-memory executables: the context
+    ``jax.jit`` itself keys its compiled programs by (``jax._src.config.trace_context``: every
+    setting that changes tracing, thread-local ones included; ~0.1 us, where reading the whole
+    configuration, :func:`_flags`, costs ~0.7 ms a call). The store's key on disk stays the full
+    :func:`_flags`. Where a JAX version lacks that function, :func:`_flags` itself."""
+    return _TRACE_CONTEXT[0]()
+
+
+def _find_trace_context() -> list:
+    try:
+        from jax._src.config import trace_context
+    except ImportError:  # pragma: no cover - present in every JAX this package supports
+        return []
+    return [trace_context]
+
+
+_TRACE_CONTEXT: list = []
+
+
 def _signature(args: tuple) -> tuple:
     import jax
     import numpy as np
@@ -151,13 +171,16 @@ class Program:
         self.loaded = self.compiled = 0  # how many executables came from the store / were compiled
 
     def __call__(self, *args):
+        if not _TRACE_CONTEXT:
+            _TRACE_CONTEXT[:] = _find_trace_context() or [_flags]
         folder = None if self.ident is None else store_dir()
         if folder is None or _multi_process():
             return self.fn(*args)
-        sig = (_signature(args), _flags())
-        exe = self._exes.get(sig)
+        sig = _signature(args)
+        mem = (sig, _config_key())
+        exe = self._exes.get(mem)
         if exe is None:
-            exe = self._exes[sig] = self._load_or_compile(folder, sig, args)
+            exe = self._exes[mem] = self._load_or_compile(folder, (sig, _flags()), args)
         return exe(*args)
 
     def _cache_size(self) -> int:

@@ -190,12 +190,32 @@ def _model(params, loc, scale, config):
     standardisation is fixed, so neither is part of ``params``.
     """
     import equinox as eqx
+    import jax.numpy as jnp
     import paramax
-    from flowjax.bijections import Affine, Chain
+    from flowjax.bijections import Chain
     from flowjax.distributions import StandardNormal, Transformed
 
-    chain = Chain([eqx.combine(params, _static(config)), Affine(loc, scale)])
+    # flowjax's Affine(loc, scale) stores softplus^-1(scale) behind paramax's inv_softplus, whose
+    # eqx.error_if (scale < 0) becomes a host callback in every compiled fit and apply, and JAX's
+    # persistent cache refuses programs with host callbacks. The scale here is a standard deviation
+    # of data with no constant coordinate (_check_data), so the check cannot fire: the same
+    # parameter is set on a template (flowjax's documented way to change Affine's scale), with
+    # inv_softplus's formula written out -- the same operations, so the same numbers.
+    raw = jnp.log(-jnp.expm1(-scale)) + scale
+    affine = eqx.tree_at(lambda a: (a.loc, a.scale.args[0]), _affine_template(config.d), (loc, raw))
+    chain = Chain([eqx.combine(params, _static(config)), affine])
     return paramax.unwrap(Transformed(StandardNormal((config.d,)), chain))
+
+
+@functools.lru_cache(maxsize=None)
+def _affine_template(d: int):
+    """``flowjax.bijections.Affine`` of dimension ``d`` (loc 0, scale 1), built outside any trace
+    (its constructor's check then runs once, eagerly, not as a callback in a compiled program);
+    the callers build it before they trace."""
+    import jax.numpy as jnp
+    from flowjax.bijections import Affine
+
+    return Affine(jnp.zeros(d), jnp.ones(d))
 
 
 def _layers(model, n_layers: int) -> list:
@@ -256,7 +276,11 @@ _FIT_COMPILE = {"xla_backend_optimization_level": 1}
 def _fitter(config: FlowConfig, n_test: int, batched: bool):
     import jax
 
-    _static(config)  # build the cached template outside the trace
+    from . import _cache
+
+    _cache.enable_jax_cache()  # the fit has no host callback, so JAX's persistent cache keeps it
+    _static(config)  # build the cached templates outside the trace
+    _affine_template(config.d)
     f = functools.partial(_fit_impl, config=config, n_test=n_test)
     return jax.jit(jax.vmap(f) if batched else f, compiler_options=_FIT_COMPILE)
 
@@ -265,7 +289,11 @@ def _fitter(config: FlowConfig, n_test: int, batched: bool):
 def _applier(config: FlowConfig, what: str):
     import jax
 
+    from . import _cache
+
+    _cache.enable_jax_cache()
     _static(config)
+    _affine_template(config.d)
 
     def apply(params, loc, scale, x):
         dist = _model(params, loc, scale, config)
@@ -284,6 +312,7 @@ def _model_compiled(config: FlowConfig):
     import equinox as eqx
 
     _static(config)
+    _affine_template(config.d)
     return eqx.filter_jit(functools.partial(_model, config=config))
 
 

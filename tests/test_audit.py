@@ -37,7 +37,7 @@ def test_render_escapes_pipes_and_write_is_atomic(tmp_path):
     text = audit.render(rows, seeds=20)
     assert f"| claim \\|x\\| | checked | 1 [0, 2] | {audit.MC} | holds |" in text
     out = tmp_path / "sub" / "claims.md"
-    poolsim.atomic_write_text(str(out), text)
+    poolsim.io.atomic_write_text(str(out), text)
     assert out.read_text() == text
     assert os.listdir(out.parent) == ["claims.md"]  # no temp file left behind
     assert out.stat().st_mode & 0o777 == 0o666 & ~_umask()  # usual permissions, not mkstemp's 0600

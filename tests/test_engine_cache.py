@@ -1,5 +1,5 @@
 """Engine plumbing: fixed compiled shapes, the column-wise frame, and JAX's persistent compilation
-cache in ``poolsim.cache_dir("jax")`` and the program store in ``poolsim.cache_dir("programs")`` (every
+cache in ``poolsim.io.cache_dir("jax")`` and the program store in ``poolsim.io.cache_dir("programs")`` (every
 test uses a temporary POOLSIM_CACHE_DIR)."""
 import hashlib
 import json
@@ -133,7 +133,7 @@ def _child(cache, seeds=100, root=ROOT, **env):
 
 
 def _stored(cache):
-    """Program files in the store, ``poolsim.cache_dir("programs")``."""
+    """Program files in the store, ``poolsim.io.cache_dir("programs")``."""
     return sorted(p.name for p in (cache / "programs").iterdir())
 
 

@@ -184,3 +184,22 @@ def test_bad_input_to_a_fitted_flow(flow):
     for r in (0.0, -1.0, np.nan):
         with pytest.raises(ValueError, match="radius"):
             flow.lipschitz_bound(r)
+
+
+def test_fit_and_apply_programs_have_no_host_callback():
+    """JAX's persistent compilation cache refuses programs with host callbacks (flowjax's ``Affine``
+    used to trace an ``eqx.error_if`` into every fit): the fit and the three appliers must have none, so
+    a second process loads them instead of compiling (benchmarks/results/figures_run.md)."""
+    import jax
+    import jax.numpy as jnp
+
+    from poolsim import flows as fl
+
+    cfg = fl._config(2, {"steps": 3})
+    x = jnp.ones((30, 2))
+    fit = str(fl._fitter(cfg, 6, False).trace(jax.random.key(0), x).jaxpr)
+    assert "scan" in fit and "callback" not in fit
+    flow = fl.fit_flow(0, np.random.default_rng(0).normal(size=(30, 2)), steps=3)
+    for what in ("forward", "inverse", "log_prob"):
+        jaxpr = str(fl._applier(cfg, what).trace(flow.params, flow.loc, flow.scale, x).jaxpr)
+        assert "callback" not in jaxpr, what

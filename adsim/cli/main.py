@@ -416,7 +416,8 @@ def _command(args) -> int:
     # torch and the command's code load here, after parsing (``--help`` never gets this far)
     from adsim.runtime import distributed
     from adsim.runtime.files import check_writable, os_error_line, remove_stale_temporaries
-    from poolsim import FolderBusyError, cluster, folder_lock
+    from poolsim import cluster
+    from poolsim.io import FolderBusyError, folder_lock
 
     try:
         if args.command in ("train", "eval"):  # torchrun: join the process group (no-op otherwise)

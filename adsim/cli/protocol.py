@@ -122,7 +122,7 @@ def main(args) -> str:
     from adsim.experiments.sweep import sweep
     from adsim.runtime.files import check_writable
     from adsim.runtime.io import read_json
-    from poolsim import atomic_write_text
+    from poolsim.io import atomic_write_text
 
     check_writable(args.out)  # before any work
     if args.command == "figures":

@@ -69,7 +69,7 @@ def _lesion(img: np.ndarray, rng) -> tuple:
 
 
 def _save(array: np.ndarray, path: Path) -> None:
-    # tmp + os.replace rather than poolsim.atomic_write: the same no-partial-file guarantee without its fsync,
+    # tmp + os.replace rather than poolsim.io.atomic_write: the same no-partial-file guarantee without its fsync,
     # which for hundreds of small PNGs of a regenerable toy set would take most of the command's time
     tmp = path.with_name(path.stem + ".tmp" + path.suffix)
     # uint8 (H, W) -> 8-bit grey; zlib level 1: the same pixels, written ~4x faster than level 6

@@ -34,10 +34,8 @@ from adsim.data import (
 from adsim.data.domains import DOMAINS  # noqa: E402
 from adsim.experiments.protocol import METHODS  # noqa: E402
 from adsim.runtime.io import read_json
-from poolsim import (
-    atomic_write,  # noqa: E402
-    verdict,  # noqa: E402  (the one verdict rule for every claim line)
-)
+from poolsim import verdict  # noqa: E402  (the one verdict rule for every claim line)
+from poolsim.io import atomic_write  # noqa: E402
 
 FINAL = ("naive", "match-geodesic-vaca")
 FIGURE_FINAL = ("naive", "bilora", "match-geodesic-vaca")  # the paper's Fig. "final" (MVFA, BiLoRA, ours)

@@ -45,7 +45,8 @@ from adsim.metrics.functional import auc_percent, smooth
 from adsim.model.head import make_head
 from adsim.runtime.io import cell_done, read_json, write_json
 from adsim.training.train import make_optimizer, train_epoch
-from poolsim import atomic_write, cluster, core, da_score, folder_lock
+from poolsim import cluster, core, da_score
+from poolsim.io import atomic_write, folder_lock
 
 
 class Settings(NamedTuple):
@@ -229,7 +230,7 @@ def _cell_name(target, method, order, mode, seed) -> str:
 
 
 def write_csv(path: Path, df: pd.DataFrame) -> None:
-    """Write ``df`` to ``path`` as CSV without its index, atomically (``poolsim.atomic_write``: a reader
+    """Write ``df`` to ``path`` as CSV without its index, atomically (``poolsim.io.atomic_write``: a reader
     never sees a half-written file; an interrupted write leaves the previous file)."""
     atomic_write(path, lambda fh: fh.write(df.to_csv(index=False).encode()))
 
@@ -303,7 +304,7 @@ def run(out, source_for_seed, settings: Settings, *, targets=None, methods=tuple
     cells one after another in this process; ``processes`` / ``slurm`` make each missing cell a job
     (:func:`poolsim.cluster.run_jobs`; ``source_for_seed`` is then pickled into every job, so it should build
     its source rather than hold one) and merge the same CSVs from the cell files. The output folder is
-    locked for the run (:func:`poolsim.folder_lock`; ``wait``: wait for another driver instead of failing)."""
+    locked for the run (:func:`poolsim.io.folder_lock`; ``wait``: wait for another driver instead of failing)."""
     domains = tuple(domains or DOMAINS)
     targets, by_target = check_request(domains, masked, targets, list(methods), list(orders), mode, tasks, seeds)
     out = Path(out)

@@ -18,7 +18,8 @@ import pandas as pd
 
 from adsim.data import sim
 from adsim.experiments import protocol, sources
-from poolsim import cluster, folder_lock
+from poolsim import cluster
+from poolsim.io import folder_lock
 
 
 def sweep(out, base: sim.SimParams, settings: protocol.Settings, *, methods=("naive", "match-geodesic-vaca"),

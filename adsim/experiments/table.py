@@ -43,7 +43,8 @@ from adsim.methods.fewshot import for_target, support_shots
 from adsim.methods.registry import TRAINED
 from adsim.runtime.io import cell_done, read_json, write_json
 from adsim.training.train import train
-from poolsim import atomic_write, cluster, folder_lock
+from poolsim import cluster
+from poolsim.io import atomic_write, folder_lock
 
 # our method name -> the paper's Table-1 row it corresponds to (reference.TABLE1); "*" rows are the
 # paper authors' re-implementations. "match" = the paper's method only under the paper/authors recipe.
@@ -210,7 +211,7 @@ def run(out, data, *, methods, targets=None, shots=(0,), recipe: str = "clean", 
     the cells one after another in this process; ``processes`` / ``slurm`` make each (target, method) with
     missing cells one job -- its training run (resumed from its checkpoint when resubmitted) and its k
     evaluations -- and write the same ``table.csv`` from the cell files. The output folder is locked for
-    the run (:func:`poolsim.folder_lock`; ``wait``: wait for another driver instead of failing)."""
+    the run (:func:`poolsim.io.folder_lock`; ``wait``: wait for another driver instead of failing)."""
     targets, methods, shots = check_request(targets, methods, shots, recipe)
     recipes.get(recipe)
     for t in targets:  # bad data fail now, not hours into the grid

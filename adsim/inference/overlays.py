@@ -17,7 +17,7 @@ from matplotlib import colormaps
 from PIL import Image, ImageDraw, ImageFont
 from scipy.ndimage import binary_erosion
 
-from poolsim import atomic_write
+from poolsim.io import atomic_write
 
 CONTOUR_RGB = (0, 255, 0)  # ground-truth contour colour (green: apart from the jet colormap's red/blue ends)
 

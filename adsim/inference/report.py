@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from poolsim import atomic_write_text
+from poolsim.io import atomic_write_text
 
 COLUMNS = ("path", "kind", "index", "axis", "score", "window")
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

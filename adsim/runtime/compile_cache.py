@@ -1,6 +1,6 @@
 """Where ``torch.compile``'s compiled programs are kept between processes: compile once per machine.
 
-:func:`configure` points torch inductor's on-disk caches at ``poolsim.cache_dir("torch-inductor")``
+:func:`configure` points torch inductor's on-disk caches at ``poolsim.io.cache_dir("torch-inductor")``
 (``~/.cache/poolsim/torch-inductor`` on Linux; ``POOLSIM_CACHE_DIR`` moves the root, ``POOLSIM_CACHE_DIR=off``
 disables caching) before adsim compiles anything:
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from poolsim import cache_dir
+from poolsim.io import cache_dir
 
 KIND = "torch-inductor"
 _SWITCHES = {  # environment variable -> (config module, attribute, value when caching is on)

@@ -36,9 +36,9 @@ def os_error_line(err: OSError) -> str:
 
 
 def remove_stale_temporaries(folder) -> list:
-    """Remove the temporary files ``poolsim.atomic_write`` leaves in ``folder`` when its process is killed
+    """Remove the temporary files ``poolsim.io.atomic_write`` leaves in ``folder`` when its process is killed
     mid-write (``.<name>.<random>.tmp``); returns their paths. Call it only while holding the folder's
-    lock (``poolsim.folder_lock``): another writer's temporary file would be removed under it."""
+    lock (``poolsim.io.folder_lock``): another writer's temporary file would be removed under it."""
     folder = Path(folder)
     if not folder.is_dir():
         return []

@@ -1,4 +1,4 @@
-"""Run-folder files: JSON and torch checkpoints written atomically (``poolsim.atomic_write``), read back
+"""Run-folder files: JSON and torch checkpoints written atomically (``poolsim.io.atomic_write``), read back
 with one-line errors, and the writability check every command makes before it starts work.
 
 Checkpoints are read with torch's weights-only unpickler: tensors, numbers, strings, ``None`` and plain
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from poolsim import atomic_write
+from poolsim.io import atomic_write
 
 
 def write_json(path, obj) -> Path:

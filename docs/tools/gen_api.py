@@ -41,7 +41,7 @@ def main() -> None:
     for public, real in modules.items():
         page = f"{public}.md"
         nav[tuple(public.split("."))] = page
-        static_all = collection.get_member(real).exports is not None
+        static_all = bool(collection.get_member(real).exports)  # adsim: [] (its __all__ is built at run time)
         with mkdocs_gen_files.open(f"api/{page}", "w") as fh:
             if by_module.get(public) and not static_all:
                 # __all__ is built at run time (lazy_loader): the module docstring, then a table of its
@@ -54,7 +54,11 @@ def main() -> None:
                     where = n.canonical.rsplit(".", 1)[0]
                     fh.write(f"| [`{short}`][{n.canonical}] | `{where}` | {_first_line(collection, n.canonical)} |\n")
             else:
-                fh.write(f"# {public}\n\n::: {public}\n    options:\n      show_root_heading: false\n")
+                # a package's own page lists its names in __all__'s order (the science first), not
+                # classes before functions
+                order = ("      group_by_category: false\n      members_order: __all__\n"
+                         if public in public_api.PACKAGES else "")
+                fh.write(f"# {public}\n\n::: {public}\n    options:\n      show_root_heading: false\n{order}")
             children = [m for m in modules if m.rsplit(".", 1)[0] == public and m != public]
             if children:
                 fh.write("\n## Modules\n\n")

@@ -1,5 +1,5 @@
 """Command line: ``python -m poolsim.figures [--out DIR] [--seeds S | --paper-seeds]
-[--only NAME ... | --all] [--quick] [--format png,pdf]``.
+[--only NAME ... | --all] [--quick] [--check] [--format png,pdf]``.
 
 The default run makes the figures of ``FIGURES``; the optional ones (``OPTIONAL``: the ``phase``
 decision map, ~2 min of Monte Carlo) only with ``--only NAME`` or ``--all``.
@@ -13,8 +13,12 @@ Everything is first written into a temporary folder ``DIR/.figures-tmp-*`` (git-
 moved into DIR (``os.replace``, file by file) once every figure has succeeded, so a failed run
 leaves DIR as it was; files get the usual ``0644`` (umask) permissions. The files hold no date or command
 line (summary.md names the run's settings and the JAX version; images carry no matplotlib stamp), so a rerun with the same settings
-produces the same bytes, and a file whose bytes did not change is not rewritten (``git status`` stays
-clean after the default run).
+produces the same bytes, and a file whose bytes did not change is not rewritten. A figure whose table
+and verdict rows reproduce the ones already in DIR within tolerance (float32 sums in another order on
+another CPU; :mod:`poolsim.figures._compare`) is drawn and summarised from the numbers in DIR and its
+files are kept, so ``git status`` stays clean after the default run on any x86-64 CPU; a real change
+rewrites the files it changes. ``--check`` reruns into a scratch folder and compares with DIR instead
+(one table per figure, exit status 1 naming the figure and claim of every difference).
 
 Seeds: ``--seeds`` (default :data:`DEFAULT_SEEDS`) per experiment; the costly figures cap it
 (``baselines``, ``flow_bridge``, ``multimodal``: their ``MAX_SEEDS``). ``--paper-seeds`` runs the
@@ -27,7 +31,7 @@ runs the seeds of the figures that accept it (the decision map, ``phase``) as sc
 Compilation dominates the engine figures' time at small seed counts, so unless ``XLA_FLAGS``
 already sets it this CLI compiles with ``--xla_backend_optimization_level=0`` and compiles the
 distinct simulations in parallel threads; the figures that share no engine simulation
-(``flow_bridge``, ``multimodal``) are computed meanwhile in a background thread.
+(``flow_bridge``, ``multimodal``) are computed meanwhile in background threads.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import _cluster
 from .._io import file_mode
@@ -84,6 +89,11 @@ def _parser(names) -> argparse.ArgumentParser:
                        help="make every figure, the optional ones too")
     p.add_argument("--quick", action="store_true",
                    help="at most 3 seeds (a smoke run; the numbers are then noisy)")
+    p.add_argument("--check", action="store_true",
+                   help="rerun into a scratch folder and compare with the results in --out (the committed "
+                        "figures/ by default), which stay untouched: one table per figure (largest "
+                        "difference in interval half-widths, verdicts); exit 1 naming the figure and "
+                        "claim when a verdict differs or a number is out of tolerance")
     p.add_argument("--format", default="png,pdf",
                    help=f"comma-separated image formats among {', '.join(FORMATS)} (default: png,pdf)")
     g = _cluster.add_arguments(p, unit="seed block")
@@ -127,7 +137,7 @@ def _configure_xla() -> None:
 
 
 def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper: bool,
-          keep: bool | None = None, resources=None, jobs_dir: Path | None = None) -> None:
+          keep: bool | None = None, resources=None, jobs_dir: Path | None = None) -> "Written":
     """``keep`` (default: ``only``): keep the other figures' verdict rows and sections already in
     ``out`` (the default run keeps the optional figures' ones). ``resources``
     (:class:`poolsim.cluster.Resources`): the figures that take it run their seeds as scheduler jobs,
@@ -140,12 +150,14 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
     import pandas as pd
     from tqdm import tqdm
 
-    from . import _data, load
+    from . import _data, _renders, load
 
     modules = [load(n) for n in names]
     S = _data.n_seeds(seeds, quick)
     jobs = [job for m in modules for job in getattr(m, "SIMULATIONS", [])]
     tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=out))
+    close: list = []  # tables that reproduce the committed ones within tolerance, not bit for bit
+    written: list = []
     mode = file_mode()
 
     stop = threading.Event()  # set when this thread fails: the background figure stops early
@@ -163,12 +175,14 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
             return mod.compute(seeds=seeds, quick=quick, progress=progress, **jobs)
 
     # Figures that share no engine simulation (no SIMULATIONS: flow fits, the multimodal loop) are
-    # computed in one background thread from the start, while this thread runs the engine
-    # simulations and the other figures: most of their time is XLA work or NumPy that releases
-    # the GIL, and the figure run otherwise leaves one of the two cores idle half the time.
+    # computed in two background threads from the start (each its own figure), while this thread
+    # runs the engine simulations and the other figures: most of their time is XLA work or NumPy
+    # that releases the GIL, and the figure run otherwise leaves one of the two cores idle half the
+    # time (with one background thread, multimodal waited for the flow fits: a warm run took 18 s
+    # instead of 15 s on 2 cores, benchmarks/results/figures_run.md).
     # Results do not depend on the thread (every computation has its own seeds); plotting stays in
     # this thread (matplotlib is not thread-safe).
-    background = ThreadPoolExecutor(max_workers=1)
+    background = ThreadPoolExecutor(max_workers=2)
     pending = {name: background.submit(compute, name, mod)
                for name, mod in zip(names, modules) if not hasattr(mod, "SIMULATIONS")}
     try:
@@ -177,17 +191,21 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
                       desc="simulating (seeds)", unit="seed") as bar:
                 _data.prefetch(jobs, seeds=S, progress=bar.update)
         sections, verdicts = {}, []
+        old_verdicts = _text(out / "verdicts.csv")
         for name, mod in zip(names, tqdm(modules, desc="figures", unit="fig")):
             df = pending[name].result() if name in pending else compute(name, mod)
+            df = _as_committed(df, name, _text(out / f"{name}.csv"), old_verdicts, close)
             df.to_csv(tmp / f"{name}.csv", index=False)
-            fig = mod.plot(df)
-            try:
-                for fmt in formats:
-                    # a fixed salt: SVG element ids are hashes of it (a random one by default)
-                    with matplotlib.rc_context({"svg.hashsalt": f"poolsim.figures {name}"}):
-                        fig.savefig(tmp / f"{name}.{fmt}", dpi=150, metadata=_metadata(fmt))
-            finally:
-                plt.close(fig)
+            if not _renders.load(mod, name, formats, df, tmp):  # drawn before from these very inputs
+                fig = mod.plot(df)
+                try:
+                    for fmt in formats:
+                        # a fixed salt: SVG element ids are hashes of it (a random one by default)
+                        with matplotlib.rc_context({"svg.hashsalt": f"poolsim.figures {name}"}):
+                            fig.savefig(tmp / f"{name}.{fmt}", dpi=150, metadata=_metadata(fmt))
+                finally:
+                    plt.close(fig)
+                _renders.store(mod, name, formats, df, tmp)
             sections[name] = mod.summarize(df).rstrip("\n") + "\n"
             verdicts.append(_data.verdicts_of(df))
         table = pd.concat(verdicts, ignore_index=True)
@@ -197,14 +215,64 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
         table.to_csv(tmp / "verdicts.csv", index=False)
         (tmp / "summary.md").write_text(_summary(names, seeds, S, quick, paper, sections, table))
         for f in sorted(tmp.iterdir()):
-            if _same_bytes(f, out / f.name):
-                continue  # a rerun that changes nothing rewrites nothing
+            if _same_bytes(f, out / f.name) or (f.suffix == ".csv" and _equivalent(f, out / f.name)):
+                continue  # a rerun that changes nothing (beyond float noise) rewrites nothing
             os.chmod(f, mode)
             os.replace(f, out / f.name)
+            written.append(f.name)
     finally:
         stop.set()
         background.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(tmp, ignore_errors=True)
+    return Written(written, close)
+
+
+class Written(NamedTuple):
+    """What :func:`_make` did: ``files`` (names) it wrote or replaced; ``reproduced``: figure tables
+    (and their verdict rows) whose numbers differed from the ones in the folder only within
+    tolerance (:mod:`poolsim.figures._compare`), so they and their images were kept."""
+
+    files: list
+    reproduced: list
+
+
+def _text(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def _equivalent(new: Path, old: Path) -> bool:
+    """``old`` exists and ``new`` reproduces its numbers within tolerance (:func:`_compare.compare`)."""
+    from . import _compare
+
+    if not old.is_file():
+        return False
+    key = _compare.VERDICT_KEY if new.name == "verdicts.csv" else None
+    return _compare.compare(new.read_text(encoding="utf-8"), old.read_text(encoding="utf-8"), key).same
+
+
+def _as_committed(df, name: str, old_csv: str | None, old_verdicts: str | None, close: list):
+    """A figure's frame with the numbers already in the output folder where the rerun reproduces
+    them within tolerance: its table (``old_csv``) and, separately, its verdict rows (of
+    ``old_verdicts``). Plotting and summarising the result then gives the committed images and
+    summary lines byte for byte (same code), whatever float noise the CPU added. Names of the
+    tables kept although not bit-identical are appended to ``close``."""
+    from . import _compare, _data
+
+    if old_csv is not None:
+        diff = _compare.compare(df.to_csv(index=False), old_csv)
+        if diff.same:
+            df = _compare.snap_frame(df, old_csv)
+            if not diff.bitwise:
+                close.append(f"{name}.csv")
+    if old_verdicts is not None and df.attrs.get("verdicts"):
+        mine = _data.verdicts_of(df)
+        theirs = _compare.rows_where(old_verdicts, "figure", name, mine.columns)
+        diff = _compare.compare(mine.to_csv(index=False), theirs, _compare.VERDICT_KEY)
+        if diff.same:
+            df.attrs["verdicts"] = _compare.snap_rows(df.attrs["verdicts"], old_verdicts)
+            if not diff.bitwise:
+                close.append(f"{name} claims")
+    return df
 
 
 def _sections(text: str) -> dict:
@@ -336,20 +404,53 @@ def main(argv=None) -> int:
             raise ValueError(f"--executor {res.executor}: none of the figures made ({', '.join(names)}) runs "
                              f"seed blocks as jobs; those that do: "
                              f"{', '.join(n for n in names_all if _takes_jobs(load(n)))}")
+        seeds = PAPER_SEEDS if args.paper_seeds else args.seeds
+        settings = dict(seeds=seeds, quick=args.quick, paper=seeds == PAPER_SEEDS and not args.quick,
+                        resources=None if res.executor == "local" else res)
+        if args.check:
+            return _check(names, args, settings)
         out = _check_out(args.out)
         _configure_xla()
-        seeds = PAPER_SEEDS if args.paper_seeds else args.seeds
         jobs_dir = (args.jobs_dir or out / JOBS_DIR).expanduser().resolve()
-        _make(names, out, seeds, args.quick, list(dict.fromkeys(formats)), bool(args.only),
-              seeds == PAPER_SEEDS and not args.quick,  # --seeds 10 is the paper's picture too
-              keep=bool(args.only) or len(names) < len(names_all),
-              resources=None if res.executor == "local" else res, jobs_dir=jobs_dir)
+        done = _make(names, out, settings["seeds"], args.quick, list(dict.fromkeys(formats)), bool(args.only),
+                     settings["paper"],  # --seeds 10 is the paper's picture too
+                     keep=bool(args.only) or len(names) < len(names_all),
+                     resources=settings["resources"], jobs_dir=jobs_dir)
         if res.executor != "local" and args.jobs_dir is None:
             shutil.rmtree(jobs_dir, ignore_errors=True)  # kept after a failure: the error names its logs
     except (ValueError, OSError, _cluster.GridFailed) as exc:
         return _fail(str(exc))
-    print(f"wrote {len(names)} figure(s), verdicts.csv and summary.md to {out}", file=sys.stderr)
+    print(f"made {len(names)} figure(s) in {out}: "
+          + (f"wrote {', '.join(done.files)}" if done.files else "no file changed")
+          + (f"; kept {', '.join(done.reproduced)}: reproduced within tolerance, not bit for bit "
+             f"(docs/getting-started.md, 'Reproduced or changed')" if done.reproduced else ""), file=sys.stderr)
     return 0
+
+
+def _check(names, args, settings) -> int:
+    """``--check``: make ``names`` into a scratch folder, compare with ``--out``; 0 when every
+    number is within tolerance and every verdict equal, else 1 (each difference on stderr)."""
+    from . import _check as check
+
+    committed = args.out.expanduser().resolve()
+    if not committed.is_dir():
+        raise ValueError(f"--check compares with --out {committed}, which is not a folder")
+    _configure_xla()
+    scratch = Path(tempfile.mkdtemp(prefix="poolsim-figures-check-"))
+    try:
+        jobs_dir = (args.jobs_dir or scratch / JOBS_DIR).expanduser().resolve()
+        _make(names, scratch, settings["seeds"], settings["quick"], [], False, settings["paper"],
+              keep=False, resources=settings["resources"], jobs_dir=jobs_dir)
+        rep = check.report(names, scratch, committed)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(rep.text)
+    for line in rep.problems:
+        print(f"poolsim.figures --check: {line}", file=sys.stderr)
+    verdict = (f"{len(rep.problems)} difference(s) beyond tolerance" if rep.problems else
+               "every number within tolerance and every verdict equal")
+    print(f"poolsim.figures --check: {', '.join(names)} vs {committed}: {verdict}", file=sys.stderr)
+    return 1 if rep.problems else 0
 
 
 if __name__ == "__main__":

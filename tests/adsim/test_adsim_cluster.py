@@ -21,7 +21,8 @@ import pytest
 from adsim.cli.main import main
 from adsim.data import sim
 from adsim.experiments import protocol, sources, table
-from poolsim import cluster, folder_lock
+from poolsim import cluster
+from poolsim.io import folder_lock
 
 pytest.importorskip("submitit", reason='the scheduler extra: pip install -e ".[cluster]"')
 pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")

@@ -1,5 +1,5 @@
 """Compile once per machine (``adsim.runtime.compile_cache``): a second process that compiles the same step
-loads inductor's generated code and the AOT-autograd graphs from ``poolsim.cache_dir("torch-inductor")``
+loads inductor's generated code and the AOT-autograd graphs from ``poolsim.io.cache_dir("torch-inductor")``
 instead of generating them, as torch's own counters show (``fxgraph_cache_hit``, ``autograd_cache_hit``;
 not timing). The step is a small function with a backward through adsim's compile path
 (``adsim.training.compiled_step``'s regions, inductor backend): the cache does not depend on the step's
@@ -45,7 +45,7 @@ def _child(env_over: dict) -> dict:
 def test_second_process_loads_the_compiled_step_from_the_cache(tmp_path):
     first = _child({"POOLSIM_CACHE_DIR": str(tmp_path)})
     assert first["fx_hit"] == 0 and first["fx_miss"] > 0 and first["aot_hit"] == 0  # an empty cache
-    assert any((tmp_path / compile_cache.KIND).iterdir())  # written where poolsim.cache_dir says
+    assert any((tmp_path / compile_cache.KIND).iterdir())  # written where poolsim.io.cache_dir says
     second = _child({"POOLSIM_CACHE_DIR": str(tmp_path)})
     assert second["aot_hit"] > 0 or second["fx_hit"] > 0, second  # the joint graph (and its code) loaded
     assert second["fx_miss"] == 0, second

@@ -1,4 +1,4 @@
-"""Output folders under stress, through the CLI: one writer per folder (``poolsim.folder_lock``: a second
+"""Output folders under stress, through the CLI: one writer per folder (``poolsim.io.folder_lock``: a second
 ``train`` or ``predict --out`` is refused with one line naming the holder's PID and host, ``--wait`` waits,
 a dead holder's lock does not block), and a full disk or a read-only folder (a tiny tmpfs, mounted where
 the tests run as root and may mount; skipped with the reason elsewhere): one line naming the file and
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeig
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--backbone", "tiny", "--device", "cpu", "--no-progress"]
 TRAIN = ["--target", "Brain", "--train-domains", "Liver", "Chest", "--batch-size", "4", "--compile", "off", *TINY]
-HOLD = "import sys, time; from poolsim import folder_lock; l = folder_lock(sys.argv[1]).__enter__(); " \
+HOLD = "import sys, time; from poolsim.io import folder_lock; l = folder_lock(sys.argv[1]).__enter__(); " \
        "print('held', flush=True); time.sleep(float(sys.argv[2]))"
 
 
