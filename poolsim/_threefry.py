@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import math
 import os
 import sys
 
