@@ -215,7 +215,7 @@ def _numpy_median(x, rows):
     the same ``0.5 * (lo + hi)``. Selection is linear where the sort is ``n log n``, and it runs on
     contiguous copies of a block of columns at a time, as a selection along the strided axis 0 (NumPy's
     ``median``) reads a cache line per element (measured for (200000, 768) float32, 2-core CPU: sort
-    16 s, ``np.median`` 5.3 s, this 1.3 s).
+    16.1 s, ``np.median`` 5.2 s, this 1.6 s, load ~3.8).
     """
     count = x.shape[0] if rows is None else rows.size
     d = x.shape[1]
