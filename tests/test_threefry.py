@@ -100,7 +100,7 @@ def _draws(key, X, m, n):
 
 
 @X64
-@pytest.mark.parametrize("shape,m,n", [((50, 100, 2), 25, 50), ((7, 3, 4), 7, 1), ((300, 5, 3), 1, 9)])
+@pytest.mark.parametrize("shape,m,n", [((50, 100, 2), 25, 50), ((300, 5, 3), 1, 9)])
 def test_subsample_same_seed_same_result_on_every_backend(x64, shape, m, n, rng):
     """Same seed, same domains and indices on NumPy, torch and JAX input (see _assert_same_draw)."""
     dtype = np.float64 if x64 else np.float32  # JAX's default float: the dtype jnp.asarray gives X
@@ -112,6 +112,7 @@ def test_subsample_same_seed_same_result_on_every_backend(x64, shape, m, n, rng)
             _assert_same_draw(torch_res, jax_res, X, m, n)
 
 
+@pytest.mark.slow  # compiles JAX's draw under other settings (~2 s)
 def test_other_jax_settings_draw_through_jax(rng):
     """Where the NumPy stream is not JAX's (non-partitionable Threefry, an rbg key, a key of another
     implementation), NumPy input is drawn by JAX itself: still the JAX-input result."""
