@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from typing import Any
 
 import numpy as np
 
 
 def is_tracer(x: Any) -> bool:
-    try:
-        import jax
-    except ImportError:  # pragma: no cover - jax is a hard dependency
-        return False
-    return isinstance(x, jax.core.Tracer)
+    """``x`` is a JAX tracer. Without JAX imported nothing is one: JAX is not imported to find out (a
+    second or more on a first NumPy call)."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.core.Tracer)
 
 
 def choice(name: str, value: Any, allowed: tuple) -> Any:

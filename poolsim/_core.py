@@ -10,15 +10,17 @@ tensors (with autograd). Rules that keep it traceable and differentiable:
   identical vectors, at zero vectors and at cosine = +-1.
 
 Shapes: ``x: (..., d)`` points, ``c: (d,)`` or ``(..., d)`` centroids (broadcast), ``w: (...,)``
-weights. The functions never look at values on the host, so they also work on tracers. All array
-arguments of one call must come from one library: mixing them is array-api-compat's TypeError
-("Multiple namespaces"), never a silent conversion.
+weights. The functions never look at values on the host, so they also work on tracers -- except
+:func:`weighted_median` on NumPy arrays (never traced), which selects rather than sorts (the same
+values). All array arguments of one call must come from one library: mixing them is
+array-api-compat's TypeError ("Multiple namespaces"), never a silent conversion.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from array_api_compat import array_namespace, is_jax_namespace
+import numpy as np
+from array_api_compat import array_namespace, is_jax_namespace, is_numpy_namespace
 
 METRICS = ("l2", "cosine", "geodesic")
 
@@ -176,8 +178,15 @@ def weighted_median(x, w=None):
     value, not the average, and because masked rows must be ignored without boolean indexing:
     they are pushed to the top of the sort with the dtype's largest finite value. With no row kept the
     result is not a median (the top of the sort: inf): callers check ``sum(w > 0) > 0`` first.
+
+    On NumPy floats the same two order statistics are found by selection instead
+    (:func:`_numpy_median`): the same values, bit for bit, in linear time.
     """
     xp = namespace(x)
+    if is_numpy_namespace(xp) and xp.isdtype(x.dtype, "real floating") and x.ndim == 2:
+        rows = None if w is None else np.flatnonzero(w > 0)
+        if rows is None or rows.size:
+            return _numpy_median(x, None if rows is None or rows.size == x.shape[0] else rows)
     if w is None:
         w = xp.ones(x.shape[0], dtype=x.dtype)
     big = xp.finfo(x.dtype).max
@@ -189,6 +198,42 @@ def weighted_median(x, w=None):
     lo = xp.reshape((count - 1) // 2, (1,))
     hi = xp.reshape(count // 2, (1,))
     return 0.5 * (xp.take(srt, lo, axis=0)[0] + xp.take(srt, hi, axis=0)[0])
+
+
+# Selection works on a (columns, rows) copy of this many elements at a time (16 MB of float32), filled in
+# tiles of about _TILE elements so that the transposing reads stay in cache.
+_MEDIAN_BLOCK = 1 << 22
+_TILE = 1 << 16
+
+
+def _numpy_median(x, rows):
+    """:func:`weighted_median` of NumPy ``x: (n, d)`` over ``rows`` (int indices; ``None``: all rows).
+
+    The two middle order statistics ``lo = (count - 1) // 2`` and ``hi = count // 2`` of each column, as
+    the sort finds them: ``np.partition`` puts the ``hi``-th in place with every smaller value before
+    it, so the ``lo``-th is the largest of those (the same element when ``count`` is odd); the result is
+    the same ``0.5 * (lo + hi)``. Selection is linear where the sort is ``n log n``, and it runs on
+    contiguous copies of a block of columns at a time, as a selection along the strided axis 0 (NumPy's
+    ``median``) reads a cache line per element (measured for (200000, 768) float32, 2-core CPU: sort
+    16.1 s, ``np.median`` 5.2 s, this 1.6 s, load ~3.8).
+    """
+    count = x.shape[0] if rows is None else rows.size
+    d = x.shape[1]
+    lo, hi = (count - 1) // 2, count // 2
+    width = max(1, min(d, _MEDIAN_BLOCK // count))
+    tile = max(1, _TILE // width)
+    buf = np.empty((width, count), dtype=x.dtype)
+    out = np.empty(d, dtype=x.dtype)
+    for j in range(0, d, width):
+        cols = slice(j, min(d, j + width))
+        block = buf[: cols.stop - j]
+        for r in range(0, count, tile):
+            src = x[r:r + tile, cols] if rows is None else x[rows[r:r + tile], cols]
+            block[:, r:r + tile] = src.T
+        block.partition(hi, axis=1)
+        below = block[:, :hi].max(axis=1) if lo < hi else block[:, hi]
+        out[cols] = 0.5 * (below + block[:, hi])
+    return out
 
 
 def match_step(points, mass, c, tau, metric: str):

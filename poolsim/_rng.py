@@ -9,8 +9,8 @@ default). So ``jax.random.normal(fast_key(s), ...)`` equals ``jax.random.normal(
 Why hand-written: on a CPU backend JAX lowers the hash as a rolled 5-step loop, each step one
 pass over the whole array; written out here as 20 unrolled rounds XLA fuses it into a single
 loop over the array (measured 3x faster for the engine's normals and 8x for its ``randint``
-indices, 2,048 seeds, 2-core CPU). The hash is the published Threefry-2x32 (Salmon et al., SC
-2011: rotation constants, key schedule with parity 0x1BD11BDA, injection every 4 rounds).
+indices, 2,048 seeds, 2-core CPU). The hash is :mod:`poolsim._threefry`'s (the one the NumPy draws of
+``poolsim.subsample`` use): written with array operators only, it traces under JAX as it runs on NumPy.
 """
 from __future__ import annotations
 
@@ -23,23 +23,9 @@ import numpy as np
 from jax import lax
 from jax.extend import random as _jex_random
 
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-_PARITY = np.uint32(0x1BD11BDA)
+from ._threefry import threefry2x32
+
 _BASE = _jex_random.threefry_prng_impl
-
-
-def threefry2x32(k1, k2, x1, x2):
-    """The Threefry-2x32 hash (20 rounds) of counters ``(x1, x2)`` under key ``(k1, k2)``, all
-    uint32 (broadcast). Returns ``(y1, y2)``."""
-    ks = (k1, k2, k1 ^ k2 ^ _PARITY)
-    x1, x2 = x1 + ks[0], x2 + ks[1]
-    for i in range(5):
-        for r in _ROTATIONS[i % 2]:
-            x1 = x1 + x2
-            x2 = ((x2 << np.uint32(r)) | (x2 >> np.uint32(32 - r))) ^ x1
-        x1 = x1 + ks[(i + 1) % 3]
-        x2 = x2 + ks[(i + 2) % 3] + np.uint32(i + 1)
-    return x1, x2
 
 
 def _bits_at(key, bit_width: int, lo):

@@ -15,9 +15,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from array_api_compat import device
+from array_api_compat import device, is_numpy_namespace
 
-from . import _checks, _core
+from . import _checks, _core, _threefry
 
 LEVELS = ("domain", "sample")
 INITS = ("median", "mean")
@@ -85,6 +85,13 @@ def prepare_domains(X: Any, counts: Any = None):
     non-finite ``X`` or out-of-range ``counts`` raises ``ValueError``; traced ``counts`` (inside
     ``jax.jit``) are taken as they are.
     """
+    return _prepare(X, counts)[:4]
+
+
+def _prepare(X: Any, counts: Any):
+    """:func:`prepare_domains` plus ``k = pow2_exponent(X)`` -> ``(X, valid, counts, xp, k)``. On NumPy
+    the finiteness check and ``k`` come from the same two reductions (``min``, ``max``: NaN propagates
+    through both, so both are finite iff every value is)."""
     try:
         xp = _core.namespace(X)
     except TypeError:
@@ -101,7 +108,13 @@ def prepare_domains(X: Any, counts: Any = None):
             raise ValueError(f"X has {name} = 0 (shape {tuple(X.shape)}); each of K, N, d must be >= 1")
     if not xp.isdtype(X.dtype, "real floating"):
         X = xp.astype(X, xp.asarray(0.0).dtype)  # the library's default float
-    _checks.finite("X", X)
+    if is_numpy_namespace(xp):
+        lo, hi = float(np.min(X)), float(np.max(X))
+        _checks.finite("X", np.array([lo, hi]))
+        k = _exponent(max(-lo, hi), X.dtype)
+    else:
+        _checks.finite("X", X)
+        k = pow2_exponent(X)
     steps = xp.arange(N, dtype=X.dtype)
     if counts is None:
         cnt = xp.full((K,), float(N), dtype=X.dtype)
@@ -116,7 +129,7 @@ def prepare_domains(X: Any, counts: Any = None):
             raise ValueError(f"counts must be integers in [1, N={N}], got {c.tolist()}")
         cnt = asarray_like(X, c.astype(float))
     valid = xp.astype(steps[None, :] < cnt[:, None], X.dtype)
-    return X, valid, cnt, xp
+    return X, valid, cnt, xp, k
 
 
 def pow2_exponent(X: Any) -> int:
@@ -132,11 +145,16 @@ def pow2_exponent(X: Any) -> int:
     if _checks.is_tracer(X):
         return 0
     a = _checks.to_numpy(X)
-    top = float(np.max(np.abs(a))) if a.size else 0.0
+    # max |a| from the two extremes: two reductions, no |a| temporary the size of X
+    return _exponent(max(-float(np.min(a)), float(np.max(a))) if a.size else 0.0, a.dtype)
+
+
+def _exponent(top: float, dtype) -> int:
+    """:func:`pow2_exponent` of data whose largest ``|value|`` is ``top``."""
     if top == 0.0 or not math.isfinite(top):
         return 0
     e = math.frexp(top)[1]  # top = f * 2**e, f in [0.5, 1)
-    q = np.finfo(a.dtype).maxexp // 4
+    q = np.finfo(dtype).maxexp // 4
     return 0 if -q <= e <= q else -e
 
 
@@ -167,11 +185,26 @@ def _same_library(a: Any, X: Any) -> bool:
         return False
 
 
+def _masked(X, valid, xp):
+    """``valid[..., None] * X``; for a C-ordered NumPy ``X`` with every row valid ``X`` itself: the same
+    values in the same layout, so sums of it are the same bits, without a temporary the size of ``X``."""
+    if is_numpy_namespace(xp) and X.flags.c_contiguous and bool(np.all(valid)):
+        return X
+    return valid[..., None] * X
+
+
 def domain_means(X, valid, cnt):
     """Per-domain sample means: ``X: (K, N, d)``, ``valid: (K, N)`` 0/1, ``cnt: (K,)`` -> ``(K, d)``
     (the arguments as :func:`prepare_domains` returns them)."""
     xp = _core.namespace(X, valid)
-    return xp.sum(valid[..., None] * X, axis=1) / cnt[:, None]
+    return xp.sum(_masked(X, valid, xp), axis=1) / cnt[:, None]
+
+
+def _pooled_mean(X, valid, cnt, xp, k):
+    """Def. 1's mean of the prepared domains (:func:`_prepare`, ``k`` its :func:`pow2_exponent`; 0 for
+    data in the safe range: computed as they are) -> ``(mean (d,), total count ())``."""
+    total = xp.sum(cnt)
+    return times_pow2(xp.sum(_masked(times_pow2(X, k), valid, xp), axis=(0, 1)) / total, -k), total
 
 
 def naive_pool(X: Any, counts: Any = None) -> Pooled:
@@ -180,10 +213,7 @@ def naive_pool(X: Any, counts: Any = None) -> Pooled:
     ``X: (K, N, d)``, ``counts: (K,)`` -> ``Pooled(mean (d,), n_samples)``.
     ``mean = sum_k sum_{i<N_k} x_{k,i} / sum_k N_k``.
     """
-    X, valid, cnt, xp = prepare_domains(X, counts)
-    k = pow2_exponent(X)  # 0 for data in the safe range: computed as they are
-    total = xp.sum(cnt)
-    return Pooled(times_pow2(xp.sum(valid[..., None] * times_pow2(X, k), axis=(0, 1)) / total, -k), total)
+    return Pooled(*_pooled_mean(*_prepare(X, counts)))
 
 
 def as_key(key: Any):
@@ -220,24 +250,42 @@ def subsample(key: Any, X: Any, m: int, n: int, counts: Any = None) -> Subsample
     """Uniform subsampling (Def. 2): ``m`` domains uniformly without replacement, then ``n``
     samples from each, uniformly with replacement; the estimate is the mean of those ``m n`` points.
 
-    ``key``: int seed or JAX key (the same seed gives the same draw on every backend).
+    ``key``: int seed or JAX key: the same seed gives the same ``domains`` and ``indices`` on every
+    backend. JAX draws them for JAX input; for NumPy and torch input the same bits are computed with
+    NumPy (:mod:`poolsim._threefry`: JAX's Threefry stream, no compile, JAX not imported), or by JAX
+    itself where JAX is set up otherwise (another PRNG implementation, non-partitionable Threefry).
+    Like JAX's draw the indices depend on ``jax_enable_x64`` (float64 or float32 uniforms).
+    ``mean`` is the mean of the same points, summed in each library's order (equal within rounding).
     ``X: (K, N, d)`` -> ``Subsampled(mean (d,), domains (m,), indices (m, n))``.
     """
-    X, _, cnt, xp = prepare_domains(X, counts)
+    X, _, cnt, xp, k = _prepare(X, counts)
     K, N, d = X.shape
-    k = pow2_exponent(X)
-    X = times_pow2(X, k)
     m = _checks.integer("m", m, 1, K)
     n = _checks.integer("n", n, 1)
+    if _core.is_jax_namespace(xp):
+        domains, idx = subsample_indices(key, cnt, m, n)
+        flat_idx = xp.reshape(domains[:, None] * N + idx, (-1,))
+    else:
+        domains, idx = _host_draw(key, _checks.to_numpy(cnt), m, n)
+        flat_idx = np.reshape(domains[:, None] * N + idx, (-1,))
+        domains, idx, flat_idx = (asarray_like(X, a) for a in (domains, idx, flat_idx))
+    # only the picked rows are scaled: the same products as scaling X first
+    picked = times_pow2(xp.take(xp.reshape(X, (K * N, d)), flat_idx, axis=0), k)
+    return Subsampled(times_pow2(xp.mean(picked, axis=0), -k), domains, idx)
+
+
+def _host_draw(key: Any, counts: np.ndarray, m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`subsample_indices`' draw on the host for NumPy/torch input -> int64 ``(domains, indices)``:
+    by :mod:`poolsim._threefry` (JAX's bits in NumPy, no compile) where the JAX settings allow, else by
+    JAX itself (another PRNG implementation, non-partitionable Threefry, a traced key, a bad key)."""
+    x64, partitionable, impl = _threefry.settings()
+    words = _threefry.key_words(key, impl) if partitionable and m * n < 2**32 else None
+    if words is not None:
+        return _threefry.subsample_draw(words, counts, m, n, np.float64 if x64 else np.float32)
     import jax.numpy as jnp
 
-    jax_input = _core.is_jax_namespace(xp)
-    domains, idx = subsample_indices(key, cnt if jax_input else jnp.asarray(_checks.to_numpy(cnt)), m, n)
-    flat_idx = jnp.reshape(domains[:, None] * N + idx, (-1,))
-    if not jax_input:
-        domains, idx, flat_idx = (asarray_like(X, np.asarray(a, dtype=np.int64)) for a in (domains, idx, flat_idx))
-    picked = xp.take(xp.reshape(X, (K * N, d)), flat_idx, axis=0)
-    return Subsampled(times_pow2(xp.mean(picked, axis=0), -k), domains, idx)
+    domains, idx = subsample_indices(key, jnp.asarray(counts), m, n)
+    return np.asarray(domains, dtype=np.int64), np.asarray(idx, dtype=np.int64)
 
 
 def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: Any = "median",
@@ -256,7 +304,7 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
     ``X: (K, N, d)`` -> :class:`Matched`. An empty matched set never yields NaN: the previous
     centroid is kept and ``converged`` is False.
     """
-    X, valid, cnt, xp = prepare_domains(X, counts)
+    X, valid, cnt, xp, k = _prepare(X, counts)
     K, N, d = X.shape
     _checks.positive("tau", tau)
     _checks.choice("metric", metric, _core.METRICS)
@@ -265,7 +313,6 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
     max_iter = _checks.integer("max_iter", max_iter, 1)
     # data far from 1 in magnitude: matched as X * 2**k, with the l2 radius and the tolerance (data units)
     # scaled alike; cosine and geodesic radii are angles, unchanged (see pow2_exponent)
-    k = pow2_exponent(X)
     if k:
         X = times_pow2(X, k)
         tol = times_pow2(tol, k)
@@ -277,7 +324,7 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
         if init == "median":
             c0 = _core.weighted_median(flat, flat_valid)
         else:
-            c0 = naive_pool(X, counts).mean
+            c0 = _pooled_mean(X, valid, cnt, xp, 0)[0]  # X is scaled already
     else:
         real_array("init", init if hasattr(init, "dtype") else np.asarray(init))
         c0 = init if _same_library(init, X) else asarray_like(X, np.asarray(_checks.to_numpy(init), dtype=float))

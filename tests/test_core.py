@@ -160,6 +160,30 @@ def test_weighted_median_matches_numpy_median(rng, n, backend):
             assert np.all(np.abs(lower - expected) > 1e-12)
 
 
+@pytest.mark.parametrize("block,tile", [(1 << 22, 1 << 16), (24, 7), (5, 1)], ids=["default", "small", "one-column"])
+def test_weighted_median_numpy_selection_equals_the_sort(rng, monkeypatch, block, tile):
+    """On NumPy the median is found by selection on blocks of columns; the oracle is the sort the core
+    does on the other backends, written out here: sort the kept rows, ``0.5 * (s[lo] + s[hi])`` -- the
+    same arithmetic on the same two order statistics, so equal bit for bit. Small blocks and tiles put
+    several blocks, partial last blocks and tiles, and one-column blocks in play."""
+    monkeypatch.setattr(_core, "_MEDIAN_BLOCK", block)
+    monkeypatch.setattr(_core, "_TILE", tile)
+    for n, d, dtype in ((1, 3, np.float64), (2, 5, np.float32), (9, 7, np.float64), (40, 13, np.float32)):
+        x = rng.normal(size=(n, d)).astype(dtype)
+        x[rng.random((n, d)) < 0.3] = dtype(0.25)  # ties
+        for w in (None, np.ones(n), (rng.random(n) < 0.6).astype(dtype)):
+            if w is not None and not (w > 0).any():
+                w[0] = 1.0
+            kept = x if w is None else x[w > 0]
+            srt = np.sort(kept, axis=0)
+            expected = 0.5 * (srt[(len(kept) - 1) // 2] + srt[len(kept) // 2])
+            got = _core.weighted_median(x, w)
+            assert got.dtype == dtype
+            np.testing.assert_array_equal(got, expected)
+            torch_w = None if w is None else torch.tensor(w)
+            np.testing.assert_array_equal(_core.weighted_median(torch.tensor(x), torch_w).numpy(), expected)
+
+
 def test_weighted_median_default_weights(rng):
     x = rng.normal(size=(7, 2))
     np.testing.assert_array_equal(_core.weighted_median(x), np.median(x, axis=0))
