@@ -89,7 +89,8 @@ def test_classify_on_constructed_sweeps():
         "holds only for gamma in {0.25, 0.5} (does not hold at gamma in {1}; "
         "inconclusive at gamma in {0.75})")
     assert _claims.classify(_sweep([N, I])) == (
-        "never holds: does not hold at gamma in {0.25} (inconclusive at gamma in {0.5})")
+        "never holds: no value of gamma (does not hold at gamma in {0.25}; inconclusive at gamma "
+        "in {0.5})")
     # a parameter where it holds throughout is not listed; a map reports its count of cells
     rows = pd.concat([_sweep([H, H], parameter="p", values=[0.1, 0.2]), _sweep([H, N]),
                       _sweep([H, N, H], design="map gamma x p", parameter="gamma x p",
@@ -166,3 +167,33 @@ def test_reading_rows_are_labelled_and_decided_on_the_same_draws():
     assert rows[0]["estimate"] == pytest.approx(d.mean(), abs=1e-12)
     assert rows[0]["note"].endswith("The headline reading (docs/claims.md).")
     assert not rows[1]["note"].endswith("(docs/claims.md).")
+
+
+@pytest.mark.parametrize("over", [{}, {"R": 8.0, "tau": 2.0, "p": 0.1}], ids=["figure", "partial"])
+def test_multimodal_premise_shares_match_an_independent_computation(over):
+    """Separation and coverage shares of one_seed, recomputed here from the raw draws and the
+    returned per-mode errors with the Lemma's two inequalities written out."""
+    from poolsim.figures import multimodal as mm
+
+    P = {**mm.PARAMS, "K_max": 18, **over}
+    shares = []
+    for seed in range(3):
+        out = mm.one_seed(seed, P)
+        X, mode, modes = mm._draw(seed, P)
+        xbar = X.mean(axis=1)
+        gap = min(np.hypot(*(modes[i] - modes[j])) for i in range(P["M"]) for j in range(P["M"]) if i != j)
+        sep, cov = [], []
+        for i, K in enumerate(out["Ks"]):
+            eps = out["eps"]["multimodal matching"][i]  # (M,)
+            r_max = max(np.hypot(*(xbar[k] - modes[mode[k]])) for k in range(K))
+            sep.append(gap > 2 * (P["tau"] + r_max + max(eps)))
+            cov.append(all(P["tau"] >= r_max + e for e in eps))
+        both = [a and b for a, b in zip(sep, cov)]
+        assert out["lemma"] == pytest.approx(np.mean(sep), abs=1e-12)
+        assert out["coverage"] == pytest.approx(np.mean(cov), abs=1e-12)
+        assert out["premise"] == pytest.approx(np.mean(both), abs=1e-12)
+        shares.append((np.mean(sep), np.mean(cov)))
+    if over:  # the partial set-up exercises both outcomes of coverage (seeds 1, 2: 0.3, 0.9)
+        assert any(0 < c < 1 for _, c in shares)
+    else:  # the figure's set-up: contaminated domains lie outside tau, so coverage never holds
+        assert all(c == 0 for _, c in shares) and {s for s, _ in shares} == {0.0, 1.0}

@@ -214,6 +214,24 @@ def reading_text(c: Claim, r: Reading) -> str:
     return c.text if r.label == c.existing else f"{c.text} -- reading: {r.label}"
 
 
+# --- premises ------------------------------------------------------------------------------------
+
+def multimodal_premise(modes: np.ndarray, xbar: np.ndarray, mode: np.ndarray, eps: np.ndarray,
+                       tau: float) -> tuple[bool, bool]:
+    """The conditions of Lemma 'Multimodal Reduction' at one K: ``(separation, coverage)``.
+
+    ``modes (M, d)`` the modes mu*_m, ``xbar (K, d)`` the domains' sample means, ``mode (K,)``
+    each domain's mode, ``eps (M,)`` eps_(K,m) = ||c_(K,m) - mu*_m||, ``tau`` every tau_m.
+    ``R_max`` = the largest distance of a domain mean from its own mode. Separation:
+    ``min_(i != j) ||mu*_i - mu*_j|| > 2 (tau + R_max + max_m eps_m)``; coverage:
+    ``tau >= R_max + eps_m`` for every m."""
+    modes, xbar, eps = (np.asarray(a, float) for a in (modes, xbar, eps))
+    M = len(modes)
+    sep = min(np.linalg.norm(modes[i] - modes[j]) for i in range(M) for j in range(i))
+    R_max = float(np.max(np.linalg.norm(xbar - modes[np.asarray(mode)], axis=1)))
+    return bool(sep > 2 * (tau + R_max + eps.max())), bool(np.all(tau >= R_max + eps))
+
+
 # --- measuring a reading on one simulation ---------------------------------------------------------
 
 def _others(s: str) -> list:
@@ -317,7 +335,7 @@ def reading_rows(figure: str, e: np.ndarray, P: dict) -> list[dict]:
 # --- classifying a reading over the sweep -----------------------------------------------------------
 
 def _fmt_values(vals) -> str:
-    return "{" + ", ".join(f"{v:g}" for v in vals) + "}"
+    return "{" + ", ".join(f"{float(v):g}" for v in vals) + "}"
 
 
 def classify(rows: pd.DataFrame) -> str:
@@ -327,8 +345,9 @@ def classify(rows: pd.DataFrame) -> str:
     moved; for a map, "X x Y"), ``value`` (the moved value; for a map, "x, y") and ``verdict``
     (the Holm-adjusted verdict). Result: ``robust`` (holds at every setting), ``fails throughout``
     (does not hold at every setting), ``inconclusive throughout``, else ``holds only for ...``
-    (where it holds, per parameter moved one at a time, then each map's count of cells) or
-    ``never holds: ...`` (where it does not hold / is inconclusive)."""
+    (where it holds, per parameter moved one at a time -- ``no value of X`` when it holds at none
+    of X's values -- then each map's count of cells) or ``never holds: ...``. Parameters where it
+    holds at every value are not listed."""
     if rows.empty:
         raise ValueError("rows must hold at least one sweep setting")
     got = set(rows["verdict"])
@@ -348,12 +367,11 @@ def classify(rows: pd.DataFrame) -> str:
         if design != "one at a time":
             parts.append(f"{param}: holds in {len(by[_verdict.HOLDS])} of {len(g)} cells")
             continue
-        bits = []
-        if by[_verdict.HOLDS]:
-            bits.append(f"{param} in {_fmt_values(by[_verdict.HOLDS])}")
-        bits += [f"{o} at {param} in {_fmt_values(by[o])}" for o in (_verdict.DOES_NOT_HOLD,
-                                                                      _verdict.INCONCLUSIVE) if by[o]]
-        parts.append(bits[0] + (f" ({'; '.join(bits[1:])})" if len(bits) > 1 else ""))
+        where = (f"{param} in {_fmt_values(by[_verdict.HOLDS])}" if by[_verdict.HOLDS]
+                 else f"no value of {param}")
+        rest = [f"{o} at {param} in {_fmt_values(by[o])}" for o in (_verdict.DOES_NOT_HOLD,
+                                                                    _verdict.INCONCLUSIVE) if by[o]]
+        parts.append(f"{where} ({'; '.join(rest)})")
     head = "holds only for " if _verdict.HOLDS in got else "never holds: "
     return head + "; ".join(parts)
 
