@@ -119,6 +119,7 @@ def test_robustness_uses_the_holm_column_and_annotate_fills_every_row():
     assert out.reading.tolist() == ["eps at K=50", "", "squared error at K=50"]
     assert out.headline.tolist() == ["yes", "", "no"]
     assert out.robustness.tolist() == [rob.robustness[0], "illustration", "not swept"]
+    assert _claims.kind("multimodal", "eps_(K+1,m) <= eps_(K,m) for all m with high probability") == "outside premise"
 
 
 def _fake_eps(P, S=50, seed=0):
@@ -197,3 +198,32 @@ def test_multimodal_premise_shares_match_an_independent_computation(over):
         assert any(0 < c < 1 for _, c in shares)
     else:  # the figure's set-up: contaminated domains lie outside tau, so coverage never holds
         assert all(c == 0 for _, c in shares) and {s for s, _ in shares} == {0.0, 1.0}
+
+
+def test_counts_on_a_constructed_table():
+    H, N, I = _verdict.HOLDS, _verdict.DOES_NOT_HOLD, _verdict.INCONCLUSIVE
+    rows = [  # (source, kind, headline, verdict, robustness) -> expected class / where counted
+        ("paper", "test", "yes", H, "robust"),
+        ("paper", "test", "yes", H, "holds only for gamma in {0.25} (does not hold at gamma in {1})"),
+        ("paper", "test", "no", N, "fails throughout"),  # another reading: counted apart
+        ("paper", "test", "yes", N, "fails throughout"),
+        ("paper", "test", "yes", I, "never holds: no value of p (inconclusive at p in {0.1})"),
+        ("paper", "test", "", H, "not swept"),
+        ("paper", "test", "", N, "not swept"),
+        ("paper", "illustration", "", H, "illustration"),
+        ("paper", "outside premise", "", N, "outside premise"),
+        ("ours", "test", "", H, "not swept"),
+        ("ours", "test", "", N, "not swept"),
+    ]
+    t = pd.DataFrame(rows, columns=["source", "kind", "headline", "verdict", "robustness"])
+    t["figure"], t["claim"] = "f", [f"c{i}" for i in range(len(t))]
+    got = _claims.counts(t)
+    assert got["n"] == 6
+    assert got["paper"] == {"holds across the whole declared range": 1, "holds only in part": 1,
+                            "holds at its one set-up (not swept)": 1, "fails": 2,
+                            "inconclusive": 1}
+    assert got["part"] == [("f", "c1", rows[1][4])]
+    assert (got["illustrations"], got["outside_premise"], got["other_readings"]) == (1, 1, 1)
+    assert (got["ours"], got["ours_holds"]) == (2, 1)
+    with pytest.raises(ValueError, match="unknown robustness"):
+        _claims.outcome_class(H, "sometimes")

@@ -188,7 +188,15 @@ ILLUSTRATIONS: tuple[Illustration, ...] = (
 )
 """Rows that are illustrations, not tests (counted apart)."""
 
-KIND_TEST, KIND_ILLUSTRATION = "test", "illustration"
+OUTSIDE_PREMISE: tuple[Illustration, ...] = (
+    Illustration("multimodal", "eps_(K+1,m) <= eps_(K,m) for all m with high probability",
+                 "the figure's set-up (contaminated modes) meets neither coverage nor, at every K, "
+                 "separation; the row 'under the Lemma's premise' is the test on the Lemma's terms"),
+)
+"""Rows (exact claim text) that test a lemma's conclusion where its conditions do not hold: kept,
+labelled, and counted apart from the tests."""
+
+KIND_TEST, KIND_ILLUSTRATION, KIND_OUTSIDE = "test", "illustration", "outside premise"
 ROBUST = "robust"
 NOT_SWEPT = "not swept"
 ANNOTATION_COLUMNS = ("kind", "reading", "headline", "robustness")
@@ -401,16 +409,20 @@ def _row_reading(figure: str, text: str):
 
 
 def kind(figure: str, text: str) -> str:
-    """:data:`KIND_ILLUSTRATION` for a row of :data:`ILLUSTRATIONS`, else :data:`KIND_TEST`."""
-    hit = any(figure == i.figure and str(text).startswith(i.prefix) for i in ILLUSTRATIONS)
-    return KIND_ILLUSTRATION if hit else KIND_TEST
+    """:data:`KIND_ILLUSTRATION` for a row of :data:`ILLUSTRATIONS`, :data:`KIND_OUTSIDE` for a
+    row of :data:`OUTSIDE_PREMISE` (exact text), else :data:`KIND_TEST`."""
+    if any(figure == i.figure and str(text).startswith(i.prefix) for i in ILLUSTRATIONS):
+        return KIND_ILLUSTRATION
+    if any(figure == i.figure and str(text) == i.prefix for i in OUTSIDE_PREMISE):
+        return KIND_OUTSIDE
+    return KIND_TEST
 
 
 def annotate(table: pd.DataFrame, sweep: pd.DataFrame | None) -> pd.DataFrame:
     """``verdicts.csv`` rows plus :data:`ANNOTATION_COLUMNS`: ``kind`` (test / illustration),
     ``reading`` and ``headline`` (yes / no; empty for a claim with no declared readings) and
     ``robustness`` (its reading's :func:`classify` over the sweep ``sweep``; ``not swept`` when
-    there is no sweep row for it, ``illustration`` for an illustration)."""
+    there is no sweep row for it; the kind for an illustration or a row outside a premise)."""
     table = table.drop(columns=list(ANNOTATION_COLUMNS), errors="ignore").copy()
     rob = {} if sweep is None or sweep.empty else {
         (r.claim_id, r.reading): r.robustness for r in robustness(sweep).itertuples()}
@@ -421,7 +433,7 @@ def annotate(table: pd.DataFrame, sweep: pd.DataFrame | None) -> pd.DataFrame:
         kinds.append(k)
         labels.append(hit[1].label if hit else "")
         heads.append(("yes" if hit[1].headline else "no") if hit else "")
-        robs.append(KIND_ILLUSTRATION if k == KIND_ILLUSTRATION else
+        robs.append(k if k != KIND_TEST else
                     rob.get((hit[0].id, hit[1].label), NOT_SWEPT) if hit else NOT_SWEPT)
     table["kind"], table["reading"], table["headline"], table["robustness"] = kinds, labels, heads, robs
     return table
@@ -435,3 +447,46 @@ def read_sweep(*folders: Path) -> pd.DataFrame | None:
         if p.is_file():
             return pd.read_csv(p)
     return None
+
+
+# --- the one honest summary -------------------------------------------------------------------------
+
+OUTCOME_CLASSES = ("holds across the whole declared range", "holds only in part",
+                   "holds at its one set-up (not swept)", "fails", "inconclusive")
+
+
+def outcome_class(verdict: str, robustness_text: str) -> str:
+    """Where a counted row of ``verdicts.csv`` falls in :data:`OUTCOME_CLASSES`: by its
+    ``robustness`` when swept, else by its own ``verdict``."""
+    if robustness_text == ROBUST:
+        return OUTCOME_CLASSES[0]
+    if robustness_text.startswith("holds only for"):
+        return OUTCOME_CLASSES[1]
+    if robustness_text == "fails throughout" or robustness_text.startswith("never holds"):
+        return OUTCOME_CLASSES[3] if "does not hold" in robustness_text or \
+            robustness_text == "fails throughout" else OUTCOME_CLASSES[4]
+    if robustness_text == "inconclusive throughout":
+        return OUTCOME_CLASSES[4]
+    if robustness_text != NOT_SWEPT:
+        raise ValueError(f"unknown robustness {robustness_text!r}")
+    return {_verdict.HOLDS: OUTCOME_CLASSES[2], _verdict.DOES_NOT_HOLD: OUTCOME_CLASSES[3],
+            _verdict.INCONCLUSIVE: OUTCOME_CLASSES[4]}[verdict]
+
+
+def counts(table: pd.DataFrame) -> dict:
+    """The summary of an annotated ``verdicts.csv`` (:func:`annotate`): ``paper`` -- per
+    :data:`OUTCOME_CLASSES` the paper's tested rows (source paper, kind test; of a claim with
+    several readings only the headline row), ``part`` -- each in-part row's (figure, claim,
+    robustness), ``illustrations``, ``outside_premise``, ``other_readings`` (non-headline rows)
+    and ``ours`` (the project's own claims, tests) counted apart."""
+    t = table.fillna({"headline": "", "reading": ""})
+    paper = t[(t.source == "paper") & (t.kind == KIND_TEST) & (t.headline != "no")]
+    cls = [outcome_class(v, r) for v, r in zip(paper.verdict, paper.robustness)]
+    part = [(f, c, r) for f, c, r, k in zip(paper.figure, paper.claim, paper.robustness, cls)
+            if k == OUTCOME_CLASSES[1]]
+    ours = t[(t.source != "paper") & (t.kind == KIND_TEST)]
+    return dict(n=len(paper), paper={k: cls.count(k) for k in OUTCOME_CLASSES}, part=part,
+                illustrations=int((t.kind == KIND_ILLUSTRATION).sum()),
+                outside_premise=int((t.kind == KIND_OUTSIDE).sum()),
+                other_readings=int(((t.headline == "no") & (t.kind == KIND_TEST)).sum()),
+                ours=len(ours), ours_holds=int((ours.verdict == _verdict.HOLDS).sum()))
