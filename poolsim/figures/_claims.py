@@ -490,3 +490,51 @@ def counts(table: pd.DataFrame) -> dict:
                 outside_premise=int((t.kind == KIND_OUTSIDE).sum()),
                 other_readings=int(((t.headline == "no") & (t.kind == KIND_TEST)).sum()),
                 ours=len(ours), ours_holds=int((ours.verdict == _verdict.HOLDS).sum()))
+
+
+def markdown() -> str:
+    """The claims page's section on these declarations (``docs/claims.md``, appended by
+    ``python -m poolsim.audit``): the headline rule, every reading, the declared ranges, the
+    premises and the rows counted apart."""
+    lines = ["## Readings, open parameters and premises of the figures' claims", "",
+             "Declared in `poolsim/figures/_claims.py` before the sensitivity sweep first ran "
+             "(`tests/test_claims.py` pins them); the sweep is `python -m poolsim.figures --only "
+             "sensitivity` (`figures/sensitivity.csv`, one row per claim x reading x setting; the "
+             "`robustness` column of `figures/verdicts.csv`).", "",
+             f"**Headline reading.** {HEADLINE_RULE} Every other fair reading is a labelled row "
+             "of `verdicts.csv` beside it (claim text `... -- reading: LABEL`; columns `reading`, "
+             "`headline`).", "",
+             "| figure | claim | reading | headline | decided on | why |", "|---|---|---|---|---|---|"]
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|")
+
+    for c in CLAIMS:
+        for r in c.readings:
+            lines.append(f"| {c.figure} | {cell(c.text)} | {cell(r.label)} | "
+                         f"{'yes' if r.headline else 'no'} | {cell(r.compared)} | {cell(r.why)} |")
+    lines += ["", "**Open parameters.** Each moves over its range with the others at the "
+              "experiment's default; the maps " + ", ".join(f"{x} x {y} ({e})" for e, x, y in MAPS)
+              + " cover the full grid. Verdicts are Holm-adjusted over every distinct test of the "
+              "sweep (family-wise error 5%).", "",
+              "| experiment | parameter | range | default | why this range |", "|---|---|---|---|---|"]
+    lines += [f"| {r.experiment} | `{r.parameter}` | {_fmt_values(r.values)} | {r.default:g} | "
+              f"{cell(r.why)} |" for r in RANGES]
+    lines += ["", "**Robustness** (column `robustness`, per reading): `robust` -- holds at every "
+              "setting; `holds only for X in {...} (...)` -- where it holds, per parameter "
+              "(parameters where it holds throughout are not listed; `no value of X` where it "
+              "holds at none), then each map's count of cells; `never holds: ...`; `fails "
+              "throughout`; `inconclusive throughout`; `not swept` -- the row's set-up has no "
+              "declared range (symmetric, baselines, flow_bridge, multimodal, phase).", "",
+              "**Premises.** Lemma 'Multimodal Reduction' needs separation, min_(i != j) "
+              "||mu*_i - mu*_j|| > 2 (tau + R_max + eps_max), and coverage, tau_m >= R_max + "
+              "eps_(K,m) for every m (R_max: the largest distance of a domain mean from its mode); "
+              "`multimodal_premise` checks both at every K and the multimodal rows print the "
+              "shares of K meeting each. Its non-deterioration conclusion is tested on the Lemma's "
+              "own terms in a set-up meeting both (row '... under the Lemma's premise').", "",
+              "**Counted apart.** Illustrations (cannot fail; `kind` = illustration):"]
+    lines += [f"- {i.figure}: '{i.prefix}...' -- {i.why}." for i in ILLUSTRATIONS]
+    lines += ["", "Outside the premise (`kind` = outside premise):"]
+    lines += [f"- {i.figure}: '{i.prefix}' -- {i.why}." for i in OUTSIDE_PREMISE]
+    lines += ["", "The project's own questions (`source` = ours) are counted apart from the paper's "
+              "claims."]
+    return "\n".join(lines) + "\n"

@@ -124,6 +124,8 @@ def _short(cid: str, reading: str, headline: bool) -> str:
 
 
 def plot(df: pd.DataFrame):
+    import textwrap
+
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
@@ -132,7 +134,8 @@ def plot(df: pd.DataFrame):
     code = {o: i for i, o in enumerate(_verdict.OUTCOMES)}
     cmap = ListedColormap([_data.VERDICT_COLOURS[o] for o in _verdict.OUTCOMES])
     rob = _claims.robustness(df)
-    changing = rob[rob.headline & (rob.robustness != _claims.ROBUST)]
+    changes = df.groupby(["claim_id", "reading"], sort=False)["verdict_holm"].nunique() > 1
+    changing = rob[rob.headline.to_numpy() & np.array([bool(changes[(c, r)]) for c, r in zip(rob.claim_id, rob.reading)])]
     maps = [(m, r) for m in _claims.MAPS for r in changing.itertuples()
             if _claims.claim(r.claim_id).figure == m[0]]
     ncol = 4
@@ -179,7 +182,8 @@ def plot(df: pd.DataFrame):
                    facecolors="none", edgecolors="k")
         ax.set_xlabel(x, fontsize=8)
         ax.set_ylabel(y, fontsize=8)
-        ax.set_title(_claims.claim(r.claim_id).text[:48] + "\n(" + r.reading + ")", fontsize=7.5)
+        ax.set_title(textwrap.fill(_claims.claim(r.claim_id).text, 44) + f"\n({r.reading})",
+                     fontsize=7.5)
     handles = [Patch(color=_data.VERDICT_COLOURS[o], label=o) for o in _verdict.OUTCOMES]
     fig.legend(handles=handles, loc="upper right", fontsize=8, ncol=3)
     return _data.finish(
@@ -187,7 +191,7 @@ def plot(df: pd.DataFrame):
         f"SIMULATED data (poolsim JAX Monte Carlo), {S} seeds per setting, the experiments' "
         f"defaults except the parameter(s) moved. Colour: the verdict after Holm's adjustment over "
         f"all {len(df.drop_duplicates(['claim_id', 'reading', 'experiment'] + [r.parameter for r in _claims.RANGES]))} "
-        f"tests of the sweep. Maps: the headline readings that are not robust. Ranges and "
+        f"tests of the sweep. Maps: the headline readings whose verdict changes over the sweep. Ranges and "
         f"readings: poolsim/figures/_claims.py.", bottom=0.05)
 
 
