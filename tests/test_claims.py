@@ -89,14 +89,19 @@ def test_classify_on_constructed_sweeps():
         "holds only for gamma in {0.25, 0.5} (does not hold at gamma in {1}; "
         "inconclusive at gamma in {0.75})")
     assert _claims.classify(_sweep([N, I])) == (
-        "never holds: no value of gamma (does not hold at gamma in {0.25}; inconclusive at gamma "
-        "in {0.5})")
+        "never holds: at no value of gamma (does not hold at gamma in {0.25}; inconclusive at "
+        "gamma in {0.5})")
     # a parameter where it holds throughout is not listed; a map reports its count of cells
     rows = pd.concat([_sweep([H, H], parameter="p", values=[0.1, 0.2]), _sweep([H, N]),
                       _sweep([H, N, H], design="map gamma x p", parameter="gamma x p",
                              values=["0.25, 0.1", "1, 0.1", "0.5, 0.2"])])
     assert _claims.classify(rows) == ("holds only for gamma in {0.25} (does not hold at gamma in "
                                       "{0.5}); gamma x p: holds in 2 of 3 cells")
+    rows = pd.concat([_sweep([H, I], parameter="p", values=[0.1, 0.2]),
+                      _sweep([I, N], parameter="tau", values=[1.0, 1.1])])
+    assert _claims.classify(rows) == ("holds only for p in {0.1} (inconclusive at p in {0.2}); at no "
+                                      "value of tau (does not hold at tau in {1.1}; inconclusive at "
+                                      "tau in {1})")
     with pytest.raises(ValueError, match="at least one"):
         _claims.classify(_sweep([]))
     with pytest.raises(ValueError, match="unknown verdicts"):
@@ -207,7 +212,7 @@ def test_counts_on_a_constructed_table():
         ("paper", "test", "yes", H, "holds only for gamma in {0.25} (does not hold at gamma in {1})"),
         ("paper", "test", "no", N, "fails throughout"),  # another reading: counted apart
         ("paper", "test", "yes", N, "fails throughout"),
-        ("paper", "test", "yes", I, "never holds: no value of p (inconclusive at p in {0.1})"),
+        ("paper", "test", "yes", I, "never holds: at no value of p (inconclusive at p in {0.1})"),
         ("paper", "test", "", H, "not swept"),
         ("paper", "test", "", N, "not swept"),
         ("paper", "illustration", "", H, "illustration"),

@@ -353,9 +353,9 @@ def classify(rows: pd.DataFrame) -> str:
     moved; for a map, "X x Y"), ``value`` (the moved value; for a map, "x, y") and ``verdict``
     (the Holm-adjusted verdict). Result: ``robust`` (holds at every setting), ``fails throughout``
     (does not hold at every setting), ``inconclusive throughout``, else ``holds only for ...``
-    (where it holds, per parameter moved one at a time -- ``no value of X`` when it holds at none
-    of X's values -- then each map's count of cells) or ``never holds: ...``. Parameters where it
-    holds at every value are not listed."""
+    (where it holds, per parameter moved one at a time, then each map's count of cells, then
+    ``at no value of X (...)`` for the parameters at none of whose values it holds) or ``never
+    holds: ...``. Parameters where it holds at every value are not listed."""
     if rows.empty:
         raise ValueError("rows must hold at least one sweep setting")
     got = set(rows["verdict"])
@@ -367,21 +367,24 @@ def classify(rows: pd.DataFrame) -> str:
         return "fails throughout"
     if got == {_verdict.INCONCLUSIVE}:
         return "inconclusive throughout"
-    parts = []
+    parts, maps, nowhere = [], [], []
     for (design, param), g in rows.groupby(["design", "parameter"], sort=False):
         if set(g["verdict"]) == {_verdict.HOLDS}:
             continue
         by = {o: list(g.loc[g["verdict"] == o, "value"]) for o in _verdict.OUTCOMES}
         if design != "one at a time":
-            parts.append(f"{param}: holds in {len(by[_verdict.HOLDS])} of {len(g)} cells")
+            maps.append(f"{param}: holds in {len(by[_verdict.HOLDS])} of {len(g)} cells")
             continue
-        where = (f"{param} in {_fmt_values(by[_verdict.HOLDS])}" if by[_verdict.HOLDS]
-                 else f"no value of {param}")
-        rest = [f"{o} at {param} in {_fmt_values(by[o])}" for o in (_verdict.DOES_NOT_HOLD,
-                                                                    _verdict.INCONCLUSIVE) if by[o]]
-        parts.append(f"{where} ({'; '.join(rest)})")
-    head = "holds only for " if _verdict.HOLDS in got else "never holds: "
-    return head + "; ".join(parts)
+        rest = "; ".join(f"{o} at {param} in {_fmt_values(by[o])}"
+                         for o in (_verdict.DOES_NOT_HOLD, _verdict.INCONCLUSIVE) if by[o])
+        if by[_verdict.HOLDS]:
+            parts.append(f"{param} in {_fmt_values(by[_verdict.HOLDS])} ({rest})")
+        else:
+            nowhere.append(f"{param} ({rest})")
+    text = "; ".join(parts + maps)
+    if nowhere:
+        text += ("; " if text else "") + "at no value of " + ", ".join(nowhere)
+    return ("holds only for " if _verdict.HOLDS in got else "never holds: ") + text
 
 
 def robustness(sweep: pd.DataFrame) -> pd.DataFrame:
@@ -521,8 +524,8 @@ def markdown() -> str:
               f"{cell(r.why)} |" for r in RANGES]
     lines += ["", "**Robustness** (column `robustness`, per reading): `robust` -- holds at every "
               "setting; `holds only for X in {...} (...)` -- where it holds, per parameter "
-              "(parameters where it holds throughout are not listed; `no value of X` where it "
-              "holds at none), then each map's count of cells; `never holds: ...`; `fails "
+              "(parameters where it holds throughout are not listed), then each map's count of "
+              "cells, then `at no value of X (...)` for the parameters where it holds at none; `never holds: ...`; `fails "
               "throughout`; `inconclusive throughout`; `not swept` -- the row's set-up has no "
               "declared range (symmetric, baselines, flow_bridge, multimodal, phase).", "",
               "**Premises.** Lemma 'Multimodal Reduction' needs separation, min_(i != j) "
