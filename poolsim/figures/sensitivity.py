@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pandas as pd
 
-from .. import _verdict
+from .. import _verdict, experiments
 from . import _claims, _data
 
 NAME = "sensitivity"
@@ -69,7 +69,13 @@ def progress_total(seeds: int, quick: bool) -> int:
 
 
 def _eps(experiment: str, S: int, over: dict, progress) -> tuple[np.ndarray, dict]:
-    res, P = _data.simulation(experiment, seeds=S, progress=progress, **over)
+    """eps ``(S, nK, 3)`` and the parameters of one setting. The default setting is the figures'
+    memoised draw (:func:`poolsim.figures._data.simulation`); the others are simulated directly
+    and only their eps kept, so the sweep's memory does not grow with its settings."""
+    if not over:
+        res, P = _data.simulation(experiment, seeds=S, progress=progress)
+    else:
+        res, P = experiments.simulate(experiment, seeds=S, progress=progress, **over)
     return _data.eps(res, P), P
 
 
