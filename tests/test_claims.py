@@ -64,6 +64,15 @@ def test_declared_readings_are_the_pinned_table_one_headline_each():
     assert "agrees with the paper plays no part" in _claims.HEADLINE_RULE
 
 
+def test_every_figure_is_swept_or_says_why_not():
+    from poolsim.figures import available
+
+    swept = {c.figure for c in _claims.CLAIMS}
+    assert swept == {"asymptotic", "domain_addition"} == {r.experiment for r in _claims.RANGES}
+    assert set(available()) - {"sensitivity"} == swept | set(_claims.NOT_SWEPT_WHY)
+    assert not swept & set(_claims.NOT_SWEPT_WHY)
+
+
 def test_declared_claims_and_illustrations_match_the_committed_rows():
     table = pd.read_csv(ROOT / "figures" / "verdicts.csv")
     for c in _claims.CLAIMS:  # each existing row is found by its exact text
