@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from poolsim import _verdict, experiments
-from poolsim.figures import _claims, _data, asymptotic, domain_addition
+from poolsim.figures import _claims, _data, asymptotic, domain_addition, symmetric
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,6 +25,8 @@ RANGES = [
     ("domain_addition", "tau", (1.0, 1.1, 1.2), 1.1),
     ("domain_addition", "m_frac", (0.25, 0.5, 0.75), 0.5),
     ("domain_addition", "n_sub", (5, 10, 20), 10),
+    ("symmetric", "m_frac", (0.25, 0.5, 0.75), 0.5),
+    ("symmetric", "n_sub", (5, 10, 20), 10),
 ]
 # (claim id, existing row's reading, [(reading, headline)])
 READINGS = [
@@ -38,6 +40,12 @@ READINGS = [
     ("domain_addition.final", "eps at K=30", [("eps at K=30", True), ("squared error at K=30", False)]),
     ("domain_addition.stable", "largest step", [("largest step", True), ("mean absolute step", False)]),
     ("domain_addition.often", "fraction of steps <= 0", [("fraction of steps <= 0", True)]),
+    ("symmetric.unbiased.balanced", "every coordinate within 0.1 gamma",
+     [("every coordinate within 0.1 gamma", True)]),
+    ("symmetric.unbiased.gaussian", "every coordinate within 0.1 gamma",
+     [("every coordinate within 0.1 gamma", True)]),
+    ("symmetric.negligible.balanced", "eps below 0.1 gamma", [("eps below 0.1 gamma", True)]),
+    ("symmetric.negligible.gaussian", "eps below 0.1 gamma", [("eps below 0.1 gamma", True)]),
 ]
 PAPER_WORDS = ("paper", "Def.", "Sec.", "Fig.", "Example", "Thm", "Omega", "sentence")
 
@@ -68,7 +76,7 @@ def test_every_figure_is_swept_or_says_why_not():
     from poolsim.figures import available
 
     swept = {c.figure for c in _claims.CLAIMS}
-    assert swept == {"asymptotic", "domain_addition"} == {r.experiment for r in _claims.RANGES}
+    assert swept == {"asymptotic", "domain_addition", "symmetric"} == {r.experiment for r in _claims.RANGES}
     assert set(available()) - {"sensitivity"} == swept | set(_claims.NOT_SWEPT_WHY)
     assert not swept & set(_claims.NOT_SWEPT_WHY)
 
@@ -144,12 +152,16 @@ def _fake_eps(P, S=50, seed=0):
 
 
 @pytest.mark.parametrize("figure, mod", [("asymptotic", asymptotic),
-                                         ("domain_addition", domain_addition)])
+                                         ("domain_addition", domain_addition),
+                                         ("symmetric", symmetric)])
 def test_existing_readings_reproduce_the_existing_rows(figure, mod):
     P, _ = experiments.resolve(figure, {})
     e = _fake_eps(P)
+    est = 0.05 * np.random.default_rng(3).normal(size=(e.shape[0], 3, P["d"])) + 0.1
     if figure == "asymptotic":
         rows = mod.claims(e, P)
+    elif figure == "symmetric":
+        rows = mod.claims("balanced", e[:, -1], est, P) + mod.claims("gaussian", e[:, -1], est, P)
     else:
         step, arrival = np.diff(e, axis=1), np.asarray(P["Ks"])[1:] % P["every"] == 0
         rows = mod.claims(e, step, arrival, P)
@@ -157,7 +169,7 @@ def test_existing_readings_reproduce_the_existing_rows(figure, mod):
     for c in _claims.CLAIMS:
         if c.figure != figure:
             continue
-        v = _claims.measure(c.id, c.existing, e, P)
+        v = _claims.measure(c.id, c.existing, e, P, est)
         r = by_text[c.text]
         assert (v.verdict, v.estimate, v.ci_low, v.ci_high) == (
             r["verdict"], r["estimate"], r["ci_low"], r["ci_high"])

@@ -70,6 +70,10 @@ RANGES: tuple[Range, ...] = (
     Range("domain_addition", "m_frac", (0.25, 0.5, 0.75), 0.5, M_FRAC_WHY),
     Range("domain_addition", "n_sub", (5, 10, 20), 10,
           "points per subsampled domain: not given; Def. 2 asks n_sub << n = 100"),
+    Range("symmetric", "m_frac", (0.25, 0.5, 0.75), 0.5, M_FRAC_WHY),
+    Range("symmetric", "n_sub", (5, 10, 20), 10,
+          "points per subsampled domain: not given; Def. 2 asks n_sub << n = 100 (Sec. 'Finite-K "
+          "with symmetric meta-distribution' gives K, gamma, n and tau only)"),
 )
 """The open parameters swept, per experiment (values ascending, default included)."""
 
@@ -105,6 +109,7 @@ class Claim(NamedTuple):
     text: str
     existing: str
     readings: tuple
+    setup: tuple = ()  # ((parameter, value), ...): the figure's fixed choice for this row (layout)
 
 
 SQUARED_WHY = ("squared error, the loss Thm 3(2) bounds (E eps^2); the sentence says eps_K, so "
@@ -168,6 +173,20 @@ CLAIMS: tuple[Claim, ...] = (
               Reading("fraction of steps <= 0", "fraction of steps <= 0: matching - other", True,
                       "'often' compared with the baselines (a fixed level would be met by "
                       "pooling too)"),)),
+    *(Claim(f"symmetric.unbiased.{lay}", "symmetric",
+            f"all three strategies are (nearly) unbiased at K=15 under symmetry (layout `{lay}`)",
+            "every coordinate within 0.1 gamma", (
+                Reading("every coordinate within 0.1 gamma", "E[estimate - mu*] per strategy and "
+                        "coordinate, inside +-0.1 gamma", True,
+                        "Thm 2's 'unbiased'; 'nearly' as +-0.1 gamma (our margin)"),),
+            (("layout", lay),)) for lay in ("balanced", "gaussian")),
+    *(Claim(f"symmetric.negligible.{lay}", "symmetric",
+            "\"all methods exhibit negligible bias at K=15\" (figure caption; the paper calls eps_K = "
+            f"||estimate - mu*|| the bias; layout `{lay}`)", "eps below 0.1 gamma", (
+                Reading("eps below 0.1 gamma", "eps per strategy at K=15 < 0.1 gamma", True,
+                        "the caption's 'bias' is eps_K, the paper's own name for the error; "
+                        "'negligible' as below 0.1 gamma (our cut)"),),
+            (("layout", lay),)) for lay in ("balanced", "gaussian")),
 )
 """Every swept claim with its readings (exactly one headline each)."""
 
@@ -197,9 +216,6 @@ OUTSIDE_PREMISE: tuple[Illustration, ...] = (
 labelled, and counted apart from the tests."""
 
 NOT_SWEPT_WHY: dict[str, str] = {
-    "symmetric": "the paper gives K = 15, gamma = 1.5, n = 100 and tau = 1.0; its open choices are the "
-                 "layout, which both rows already show, and the subsampling size (m, n_sub), not swept "
-                 "yet",
     "flow_bridge": "one flow fit per seed and data set (40 seeds): a sweep over the flow's settings does "
                    "not fit the figures' time; not swept",
     "multimodal": "its open parameters (R, p, gamma, tau) decide whether the Lemma's premise holds; "
@@ -299,7 +315,24 @@ def _measures() -> dict[tuple[str, str], Callable[[np.ndarray, dict], _verdict.V
         big = _steps(e, P)[0].max(axis=1)
         return _verdict.decide(big[:, j["subsample"]], big[:, j["pool"]], side="less")
 
+    def margin(P):  # symmetric's 'nearly' / 'negligible': below NEGLIGIBLE x gamma
+        from . import symmetric
+
+        return round(symmetric.NEGLIGIBLE * P["gamma"], 12)
+
+    def unbiased(e, P, est):
+        return _verdict.all_of([_verdict.within(est[:, j, c], margin=margin(P))
+                                for j in range(len(_data.STRATEGIES)) for c in range(est.shape[-1])])[0]
+
+    def negligible(e, P, est):
+        return _verdict.all_of([_verdict.decide(e[:, -1, j], threshold=margin(P), side="less")
+                                for j in range(len(_data.STRATEGIES))])[0]
+
+    sym = {(f"symmetric.{kind}.{lay}", label): f for lay in ("balanced", "gaussian")
+           for kind, label, f in (("unbiased", "every coordinate within 0.1 gamma", unbiased),
+                                  ("negligible", "eps below 0.1 gamma", negligible))}
     return {
+        **sym,
         ("asymptotic.lowest", "eps at K=50"): lambda e, P: _vs(e[:, -1], "match"),
         ("asymptotic.lowest", "squared error at K=50"): lambda e, P: _vs(e[:, -1] ** 2, "match"),
         ("asymptotic.fastest", "eps_5 - eps_50"):
@@ -325,16 +358,23 @@ def _measures() -> dict[tuple[str, str], Callable[[np.ndarray, dict], _verdict.V
 
 
 MEASURES = _measures()
-"""``(claim id, reading label) -> f(e (S, nK, 3) eps, P params) -> Verdict``."""
+"""``(claim id, reading label) -> f(e (S, nK, 3) eps, P params[, est]) -> Verdict`` (the
+symmetric claims also take ``est``)."""
 
 
-def measure(claim_id: str, label: str, e: np.ndarray, P: dict) -> _verdict.Verdict:
+def measure(claim_id: str, label: str, e: np.ndarray, P: dict,
+            est: np.ndarray | None = None) -> _verdict.Verdict:
     """Decide reading ``label`` of claim ``claim_id`` on ``e: (S, nK, 3)`` (eps per seed, K and
     strategy, :data:`poolsim.figures._data.STRATEGIES` order) of an experiment with parameters
-    ``P``."""
+    ``P``; the symmetric claims need ``est: (S, 3, d)``, estimate - mu* at the last K."""
     if (claim_id, label) not in MEASURES:
         raise ValueError(f"no reading {label!r} of claim {claim_id!r}")
-    return MEASURES[(claim_id, label)](np.asarray(e, float), P)
+    f = MEASURES[(claim_id, label)]
+    if claim_id.startswith("symmetric."):
+        if est is None:
+            raise ValueError(f"claim {claim_id!r} needs est (estimate - mu* per seed)")
+        return f(np.asarray(e, float), P, np.asarray(est, float))
+    return f(np.asarray(e, float), P)
 
 
 def reading_rows(figure: str, e: np.ndarray, P: dict) -> list[dict]:
