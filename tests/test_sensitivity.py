@@ -22,10 +22,10 @@ def test_settings_follow_the_declared_ranges_and_maps():
         # the default value is passed as no override: the figures' own draw
         assert all((over == {}) == (v == f"{next(r for r in rs if r.parameter == p).default:g}")
                    for _, p, v, over in one)
-        (_, x, y), = [m for m in _claims.MAPS if m[0] == exp]
-        cells = [s for s in got if s[0] == f"map {x} x {y}"]
-        nx, ny = (len(next(r for r in rs if r.parameter == q).values) for q in (x, y))
-        assert len(cells) == nx * ny
+        maps = [m for m in _claims.MAPS if m[0] == exp]
+        assert len(got) == len(one) + sum(
+            len(next(r for r in rs if r.parameter == x).values)
+            * len(next(r for r in rs if r.parameter == y).values) for _, x, y in maps)
 
 
 def test_holm_counts_a_shared_setting_once():

@@ -5,7 +5,8 @@ The parameters, their ranges (with the paper-based reasons), the readings and th
 are declared in :mod:`poolsim.figures._claims` (fixed before this sweep first ran; pinned by
 ``tests/test_claims.py``). Each parameter moves one at a time with the others at the
 experiment's defaults, and the pairs of :data:`poolsim.figures._claims.MAPS` move over their full
-grid (the verdict maps). Every setting is one engine simulation (``poolsim.experiments.simulate``,
+grid (the verdict maps); a claim's fixed set-up choice (``Claim.setup``: the symmetric layout)
+is kept. Every setting is one engine simulation (``poolsim.experiments.simulate``,
 the figures' seeds 0..S-1, the experiment's defaults otherwise), decided per reading on paired
 per-seed differences (:func:`poolsim.figures._claims.measure`).
 
@@ -18,7 +19,7 @@ reading (:func:`poolsim.figures._claims.classify`) and the maps use the Holm-adj
 headline, experiment, design`` ("one at a time" / "map X x Y"), ``parameter, value`` (the moved
 parameter(s) and value(s)), the full setting (one column per open parameter), ``verdict,
 estimate, ci_low, ci_high, n_seeds, threshold, side, compared, p_value, verdict_holm``.
-Made only with ``--only sensitivity`` or ``--all`` (about 50 simulations of S seeds).
+Made only with ``--only sensitivity`` or ``--all`` (about 60 simulations of S seeds).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from . import _claims, _data
 
 NAME = "sensitivity"
 TITLE = "Sensitivity of the verdicts to what the paper leaves open (Holm-adjusted over the sweep)"
-EXPERIMENTS = ("asymptotic", "domain_addition")
+EXPERIMENTS = ("asymptotic", "domain_addition", "symmetric")
 
 
 def settings(experiment: str) -> list[tuple[str, str, str, dict]]:
@@ -63,41 +64,57 @@ def _distinct(experiment: str) -> list[dict]:
     return list(seen.values())
 
 
+def _setups(experiment: str) -> list[tuple]:
+    """The fixed choices (``Claim.setup``, e.g. the symmetric layout) of ``experiment``'s claims."""
+    return sorted({c.setup for c in _claims.CLAIMS if c.figure == experiment})
+
+
+def _jobs() -> list[tuple[str, tuple, dict]]:
+    """``(experiment, setup, overrides)`` of every distinct simulation of the sweep."""
+    return [(e, st, over) for e in EXPERIMENTS if _claims.ranges(e) for st in _setups(e)
+            for over in _distinct(e)]
+
+
+def _key(experiment: str, setup: tuple, over: dict) -> tuple:
+    return experiment, tuple(sorted({**dict(setup), **over}.items()))
+
+
 def progress_total(seeds: int, quick: bool) -> int:
     """Progress units: seeds x distinct simulations."""
-    return _data.n_seeds(seeds, quick) * sum(len(_distinct(e)) for e in EXPERIMENTS)
+    return _data.n_seeds(seeds, quick) * len(_jobs())
 
 
-def _eps(experiment: str, S: int, over: dict, progress) -> tuple[np.ndarray, dict]:
-    """eps ``(S, nK, 3)`` and the parameters of one setting. The default setting is the figures'
-    memoised draw (:func:`poolsim.figures._data.simulation`); the others are simulated directly
-    and only their eps kept, so the sweep's memory does not grow with its settings."""
+def _eps(experiment: str, S: int, setup: tuple, over: dict, progress):
+    """eps ``(S, nK, 3)``, estimate - mu* at the last K ``(S, 3, d)`` and the parameters of one
+    setting. The default setting is the figures' memoised draw
+    (:func:`poolsim.figures._data.simulation`); the others are simulated directly and only these
+    kept, so the sweep's memory does not grow with its settings."""
     if not over:
-        res, P = _data.simulation(experiment, seeds=S, progress=progress)
+        res, P = _data.simulation(experiment, seeds=S, progress=progress, **dict(setup))
     else:
-        res, P = experiments.simulate(experiment, seeds=S, progress=progress, **over)
-    return _data.eps(res, P), P
+        res, P = experiments.simulate(experiment, seeds=S, progress=progress, **dict(setup), **over)
+    est = res.estimates[:, -1].astype(float) - np.asarray(P["mu_star"], float)
+    return _data.eps(res, P), est, P
 
 
 def compute(*, seeds: int, quick: bool, progress=None) -> pd.DataFrame:
     S = _data.n_seeds(seeds, quick)
-    jobs = [(e, over) for e in EXPERIMENTS for over in _distinct(e)]
     # two threads: XLA compiles one setting while Python traces the next (results do not depend
     # on the thread: each setting is a pure function of its parameters and seeds)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {(e, tuple(sorted(o.items()))): pool.submit(_eps, e, S, o, progress) for e, o in jobs}
+        futures = {_key(e, st, o): pool.submit(_eps, e, S, st, o, progress) for e, st, o in _jobs()}
         sims = {k: f.result() for k, f in futures.items()}
     open_params = list(dict.fromkeys(r.parameter for r in _claims.RANGES))
     rows = []
     for exp in EXPERIMENTS:
         for design, param, value, over in settings(exp):
-            e, P = sims[(exp, tuple(sorted(over.items())))]
-            full = {k: (P[k] if k in P else math.nan) for k in open_params}
             for c in _claims.CLAIMS:
-                if c.figure != exp:
+                if c.figure != exp or not _claims.ranges(exp):
                     continue
+                e, est, P = sims[_key(exp, c.setup, over)]
+                full = {k: (P[k] if k in P else math.nan) for k in open_params}
                 for r in c.readings:
-                    v = _claims.measure(c.id, r.label, e, P)
+                    v = _claims.measure(c.id, r.label, e, P, est)
                     rows.append(dict(claim_id=c.id, claim=c.text, reading=r.label,
                                      headline=r.headline, experiment=exp, design=design,
                                      parameter=param, value=value, **full, verdict=v.verdict,
@@ -146,9 +163,11 @@ def plot(df: pd.DataFrame):
             if _claims.claim(r.claim_id).figure == m[0]]
     ncol = 4
     nmap_rows = -(-len(maps) // ncol)
-    fig = plt.figure(figsize=(15, 9 + 3.2 * nmap_rows))
-    gs = fig.add_gridspec(2 + nmap_rows, ncol, height_ratios=[3, 3] + [2.2] * nmap_rows)
-    for i, exp in enumerate(EXPERIMENTS):
+    swept = [e for e in EXPERIMENTS if (df.experiment == e).any()]
+    nsw = len(swept)
+    fig = plt.figure(figsize=(15, 4.5 * nsw + 3.2 * nmap_rows))
+    gs = fig.add_gridspec(nsw + nmap_rows, ncol, height_ratios=[3] * nsw + [2.2] * nmap_rows)
+    for i, exp in enumerate(swept):
         ax = fig.add_subplot(gs[i, :])
         one = df[(df.experiment == exp) & (df.design == "one at a time")]
         cols = list(dict.fromkeys(zip(one.parameter, one.value)))
@@ -172,7 +191,7 @@ def plot(df: pd.DataFrame):
         ax.set_title(f"{exp}: one open parameter at a time (dotted: the figure's default); "
                      f"* = headline reading", fontsize=9)
     for k, ((exp, x, y), r) in enumerate(maps):
-        ax = fig.add_subplot(gs[2 + k // ncol, k % ncol])
+        ax = fig.add_subplot(gs[nsw + k // ncol, k % ncol])
         sub = df[(df.design == f"map {x} x {y}") & (df.claim_id == r.claim_id)
                  & (df.reading == r.reading)]
         xs = list(_claims_range(exp, x).values)
