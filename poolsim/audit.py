@@ -868,7 +868,9 @@ def render(rows: list[Row], seeds: int) -> str:
             "|---|---|---|---|---|"]
     body = [f"| {cell(r.claim)} | {cell(r.checked)} | {cell(r.measured)} | {cell(r.kind)} | "
             f"{cell(r.verdict)} |" for r in rows]
-    return "\n".join(head + body) + "\n"
+    from .figures import _claims
+
+    return "\n".join(head + body) + "\n\n" + _claims.markdown()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ def test_compute_is_tidy_with_intervals(run):
     assert (df.n_seeds == 2).all()
     assert np.isfinite(df.value).all()
     assert (df.ci_low <= df.value + 1e-12).all() and (df.value <= df.ci_high + 1e-12).all()
-    assert sum(ticks) == (2 * df.dataset.nunique() if mod is flow_bridge else 2)
+    assert sum(ticks) == (2 * df.dataset.nunique() if mod is flow_bridge else 4)  # 2 set-ups
     if mod is flow_bridge:  # the certified Thm 4 bound must hold for every seed and data set
         holds = df[(df.panel == "thm4") & (df.name == "holds")]
         assert len(holds) == df.dataset.nunique() and (holds.value == 1.0).all()

@@ -17,8 +17,9 @@ from types import ModuleType
 FIGURES = ("synthetic_intro", "asymptotic", "symmetric", "domain_addition", "baselines",
            "flow_bridge", "multimodal")
 """The figures ``python -m poolsim.figures`` makes by default, in order."""
-OPTIONAL = ("phase",)
-"""Figures made only by ``--only NAME`` or ``--all`` (the decision map: minutes of Monte Carlo)."""
+OPTIONAL = ("phase", "sensitivity")
+"""Figures made only by ``--only NAME`` or ``--all`` (the decision map and the claims' sensitivity
+sweep: minutes of Monte Carlo each)."""
 
 
 def available() -> tuple[str, ...]:

@@ -150,7 +150,7 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
     import pandas as pd
     from tqdm import tqdm
 
-    from . import _data, _renders, load
+    from . import _claims, _data, _renders, load
 
     modules = [load(n) for n in names]
     S = _data.n_seeds(seeds, quick)
@@ -211,7 +211,7 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
         table = pd.concat(verdicts, ignore_index=True)
         if keep:  # keep the other figures' rows and sections already in --out
             table, sections = _merge(out, names, table, sections)
-        table = _data.with_holm(table)
+        table = _claims.annotate(_data.with_holm(table), _claims.read_sweep(tmp, out))
         table.to_csv(tmp / "verdicts.csv", index=False)
         (tmp / "summary.md").write_text(_summary(names, seeds, S, quick, paper, sections, table))
         for f in sorted(tmp.iterdir()):

@@ -21,6 +21,8 @@ QUICK_SEEDS = 3  # --quick: at most this many seeds
 LABELS = {"pool": "naive pooling", "subsample": "uniform subsampling", "match": "matching"}
 COLORS = {"pool": "tab:blue", "subsample": "tab:orange", "match": "tab:green"}
 STRATEGIES = _engine.STRATEGIES
+VERDICT_COLOURS = {_verdict.HOLDS: "#5aae61", _verdict.DOES_NOT_HOLD: "#d6604d",
+                   _verdict.INCONCLUSIVE: "#d9d9d9"}  # verdict maps (phase, sensitivity)
 LABELLED = ("asymptotic", "domain_addition")  # experiments with known outlier labels
 
 _MEMO: dict = {}

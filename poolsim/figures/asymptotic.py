@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _verdict
-from . import _data
+from . import _claims, _data
 
 NAME = "asymptotic"
 TITLE = "Asymptotic behaviour (Thm 1): eps_K = ||estimate - mu*|| vs K"
@@ -20,7 +20,7 @@ def compute(*, seeds: int, quick: bool, progress=None) -> pd.DataFrame:
     df = _data.curve_frame(e, P["Ks"], _data.STRATEGIES, panel="eps_vs_K")
     final = df[df.K == P["Ks"][-1]].assign(panel="final")
     out = _data.tidy(pd.concat([df, final], ignore_index=True), P)
-    return _data.set_verdicts(out, claims(e, P))
+    return _data.set_verdicts(out, claims(e, P) + _claims.reading_rows(NAME, e, P))
 
 
 def claims(e: np.ndarray, P: dict) -> list[dict]:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _verdict
-from . import _data
+from . import _claims, _data
 
 NAME = "domain_addition"
 TITLE = "Finite-sample robustness under domain addition (Thm 3)"
@@ -59,7 +59,7 @@ def compute(*, seeds: int, quick: bool, progress=None) -> pd.DataFrame:
             for j, s in enumerate(_data.STRATEGIES)]
     out = _data.tidy(pd.concat(parts + [pd.DataFrame(stats), pd.DataFrame(pts)],
                                ignore_index=True), P)
-    return _data.set_verdicts(out, claims(e, step, arrival, P))
+    return _data.set_verdicts(out, claims(e, step, arrival, P) + _claims.reading_rows(NAME, e, P))
 
 
 def claims(e: np.ndarray, step: np.ndarray, arrival: np.ndarray, P: dict) -> list[dict]:

@@ -297,8 +297,7 @@ def claims(df: pd.DataFrame) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- plot
-_VERDICT_COLOURS = {_verdict.HOLDS: "#5aae61", _verdict.DOES_NOT_HOLD: "#d6604d",
-                    _verdict.INCONCLUSIVE: "#d9d9d9"}
+_VERDICT_COLOURS = _data.VERDICT_COLOURS
 
 
 def _grid(cell: pd.DataFrame, col: str, cfg: dict):
