@@ -1,5 +1,5 @@
 """Command line: ``python -m poolsim.figures [--out DIR] [--seeds S | --paper-seeds]
-[--only NAME ... | --all] [--quick] [--format png,pdf]``.
+[--only NAME ... | --all] [--quick] [--max-K N] [--format png,pdf]``.
 
 The default run makes the figures of ``FIGURES``; the optional ones (``OPTIONAL``: the ``phase``
 decision map, ~2 min of Monte Carlo) only with ``--only NAME`` or ``--all``.
@@ -15,6 +15,9 @@ leaves DIR as it was; files get the usual ``0644`` (umask) permissions. The file
 line (summary.md names the run's settings and the JAX version; images carry no matplotlib stamp), so a rerun with the same settings
 produces the same bytes, and a file whose bytes did not change is not rewritten (``git status`` stays
 clean after the default run).
+
+``--max-K N`` (figure ``asymptotic``; figures whose ``compute`` takes ``max_K``) runs K beyond the
+paper's 50 up to N, with Thm 1's K -> infinity limits overlaid (docs/tutorials/reproduce-a-figure.md).
 
 Seeds: ``--seeds`` (default :data:`DEFAULT_SEEDS`) per experiment; the costly figures cap it
 (``baselines``, ``flow_bridge``, ``multimodal``: their ``MAX_SEEDS``). ``--paper-seeds`` runs the
@@ -84,6 +87,10 @@ def _parser(names) -> argparse.ArgumentParser:
                        help="make every figure, the optional ones too")
     p.add_argument("--quick", action="store_true",
                    help="at most 3 seeds (a smoke run; the numbers are then noisy)")
+    p.add_argument("--max-K", type=int, default=None, metavar="N", dest="max_K",
+                   help="asymptotic: also K = 100, 200, 500, ... up to N (and N itself), with Thm 1's "
+                        "K -> infinity limits overlaid (default: the paper's K <= 50; --max-K 10000 "
+                        "takes minutes at 1000 seeds)")
     p.add_argument("--format", default="png,pdf",
                    help=f"comma-separated image formats among {', '.join(FORMATS)} (default: png,pdf)")
     g = _cluster.add_arguments(p, unit="seed block")
@@ -97,6 +104,11 @@ def _parser(names) -> argparse.ArgumentParser:
 def _takes_jobs(mod) -> bool:
     """Whether the figure module ``mod``'s ``compute`` accepts ``resources`` (runs its seeds as scheduler jobs)."""
     return "resources" in inspect.signature(mod.compute).parameters
+
+
+def _takes(mod, option: str) -> bool:
+    """Whether the figure module ``mod``'s ``compute`` accepts the keyword ``option``."""
+    return option in inspect.signature(mod.compute).parameters
 
 
 def _optional(names) -> list:
@@ -127,7 +139,8 @@ def _configure_xla() -> None:
 
 
 def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper: bool,
-          keep: bool | None = None, resources=None, jobs_dir: Path | None = None) -> None:
+          keep: bool | None = None, resources=None, jobs_dir: Path | None = None,
+          max_K: int | None = None) -> None:
     """``keep`` (default: ``only``): keep the other figures' verdict rows and sections already in
     ``out`` (the default run keeps the optional figures' ones). ``resources``
     (:class:`poolsim.cluster.Resources`): the figures that take it run their seeds as scheduler jobs,
@@ -160,6 +173,8 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
                 bar.update(n)
 
             jobs = {"resources": resources, "jobs_dir": jobs_dir} if resources is not None and _takes_jobs(mod) else {}
+            if max_K is not None and _takes(mod, "max_K"):
+                jobs["max_K"] = max_K
             return mod.compute(seeds=seeds, quick=quick, progress=progress, **jobs)
 
     # Figures that share no engine simulation (no SIMULATIONS: flow fits, the multimodal loop) are
@@ -195,7 +210,7 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
             table, sections = _merge(out, names, table, sections)
         table = _data.with_holm(table)
         table.to_csv(tmp / "verdicts.csv", index=False)
-        (tmp / "summary.md").write_text(_summary(names, seeds, S, quick, paper, sections, table))
+        (tmp / "summary.md").write_text(_summary(names, seeds, S, quick, paper, sections, table, max_K))
         for f in sorted(tmp.iterdir()):
             if _same_bytes(f, out / f.name):
                 continue  # a rerun that changes nothing rewrites nothing
@@ -250,7 +265,8 @@ def _metadata(fmt: str) -> dict:
             "svg": {"Date": None, "Creator": None}}[fmt]
 
 
-def _summary(names, seeds: int, S: int, quick: bool, paper: bool, sections: dict, table) -> str:
+def _summary(names, seeds: int, S: int, quick: bool, paper: bool, sections: dict, table,
+             max_K: int | None = None) -> str:
     """summary.md: a header, the multiplicity table and one section per figure (``sections``: this run's
     ``names`` and any kept from earlier runs). The header names the settings that make the numbers and
     not the command line or a date, so that rerunning the same settings writes the same bytes."""
@@ -259,7 +275,8 @@ def _summary(names, seeds: int, S: int, quick: bool, paper: bool, sections: dict
     from .. import _verdict
 
     flags = (" --quick" if quick else "") + (" --paper-seeds" if paper else
-                                             "" if seeds == DEFAULT_SEEDS else f" --seeds {seeds}")
+                                             "" if seeds == DEFAULT_SEEDS else f" --seeds {seeds}") \
+        + ("" if max_K is None else f" --max-K {max_K}")
     kept = [n for n in sections if n not in names]
     made = (f"Run settings: `python -m poolsim.figures{flags}` (JAX {jax.__version__})"
             + (f"; the sections of {', '.join(kept)} were kept from an earlier run (each states its "
@@ -336,6 +353,16 @@ def main(argv=None) -> int:
             raise ValueError(f"--executor {res.executor}: none of the figures made ({', '.join(names)}) runs "
                              f"seed blocks as jobs; those that do: "
                              f"{', '.join(n for n in names_all if _takes_jobs(load(n)))}")
+        if args.max_K is not None and not any(_takes(load(n), "max_K") for n in names):
+            raise ValueError(f"--max-K: none of the figures made ({', '.join(names)}) takes it; those that do: "
+                             f"{', '.join(n for n in names_all if _takes(load(n), 'max_K'))}")
+        if args.max_K is not None:
+            from .asymptotic import ks_for
+
+            try:  # a bad value fails here, before any work, naming the allowed range
+                ks_for(args.max_K)
+            except ValueError as exc:
+                raise ValueError(f"--max-K: {exc}") from None
         out = _check_out(args.out)
         _configure_xla()
         seeds = PAPER_SEEDS if args.paper_seeds else args.seeds
@@ -343,7 +370,7 @@ def main(argv=None) -> int:
         _make(names, out, seeds, args.quick, list(dict.fromkeys(formats)), bool(args.only),
               seeds == PAPER_SEEDS and not args.quick,  # --seeds 10 is the paper's picture too
               keep=bool(args.only) or len(names) < len(names_all),
-              resources=None if res.executor == "local" else res, jobs_dir=jobs_dir)
+              resources=None if res.executor == "local" else res, jobs_dir=jobs_dir, max_K=args.max_K)
         if res.executor != "local" and args.jobs_dir is None:
             shutil.rmtree(jobs_dir, ignore_errors=True)  # kept after a failure: the error names its logs
     except (ValueError, OSError, _cluster.GridFailed) as exc:
