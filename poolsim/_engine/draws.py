@@ -10,16 +10,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _rng
-from .spec import Spec
+from .spec import Group, Spec, widths
 
 class SubDraws(NamedTuple):
     """Subsampling randomness for one K step, drawn for all steps at once before the scan
     (one vectorised draw is much cheaper on CPU than a split-and-draw inside every step)."""
 
-    priority: Any  # (K_max,) uniform; the m valid domains with the smallest values are chosen
-    idx: Any  # (K_max, n_sub) sample indices, with replacement (materialised path)
-    q: Any  # (K_max,) sum of squared multiplicities of idx (sufficient-statistics path)
-    z: Any  # (K_max, d) standard normals (sufficient-statistics path)
+    priority: Any  # (W,) uniform; the m valid domains with the smallest values are chosen
+    idx: Any  # (W, n_sub) sample indices, with replacement (materialised path)
+    q: Any  # (W,) sum of squared multiplicities of idx (sufficient-statistics path)
+    z: Any  # (W, d) standard normals (sufficient-statistics path)
     # Entries of domains >= K are never read: drawn as 0 (see :func:`sub_draws`).
 
 
@@ -66,7 +66,10 @@ def sub_draws(key, spec: Spec, dtype, prefix: bool = True) -> SubDraws:
     array at K = 5..30) and :func:`full_sub` puts them in place (0 elsewhere) in the program that
     reads them; ``prefix=False`` draws every entry (the tests' oracle: same results). ``z`` is
     drawn on the sufficient-statistics path only (the materialised path resamples actual points:
-    ``idx``)."""
+    ``idx``). ``priority`` is drawn for the first ``W`` domains of each step, ``W`` its width
+    (:func:`poolsim._engine.spec.widths`): every entry when all widths are ``K_max`` (the ranks
+    read each value W times: measured cheaper drawn in place than put in place), else
+    ``(sum(widths),)`` entries, the same values."""
     kp, ki, kz = jax.random.split(key, 3)
     shape = (len(spec.Ks), spec.K_max)
     lead = (sum(spec.Ks),) if prefix else shape
@@ -92,18 +95,52 @@ def sub_draws(key, spec: Spec, dtype, prefix: bool = True) -> SubDraws:
         q = rows(draw_q, ki)
         idx = jnp.zeros(lead + (0,), jnp.int32)
         z = rows(functools.partial(jax.random.normal, dtype=dtype), kz, (spec.d,))
-    # priority: every entry (the pairwise ranks read each value K_max times: measured cheaper
-    # drawn in place than put in place)
-    return SubDraws(jax.random.uniform(kp, shape, dtype), idx, q, z)
+    w = widths(spec)
+    uniform = functools.partial(jax.random.uniform, dtype=dtype)
+    if not prefix or all(W == spec.K_max for W in w):
+        priority = uniform(kp, shape)
+    else:
+        priority = _rng.prefix_draw(uniform, kp, w, spec.K_max)
+    return SubDraws(priority, idx, q, z)
 
 
 def full_sub(r: SubDraws, spec: Spec, axis: int = 0) -> SubDraws:
     """:func:`sub_draws`'s fields in the ``(nK, K_max, ...)`` layout at ``axis`` (``axis=1``
-    with a leading seed axis); drawn in that layout already (``prefix=False``): unchanged."""
-    if r.q.ndim == axis + 2:
-        return r
-    return r._replace(**{f: _rng.expand_prefix(getattr(r, f), spec.Ks, spec.K_max, axis)
-                         for f in ("idx", "q", "z")})
+    with a leading seed axis), 0 where nothing was drawn; fields drawn in that layout already
+    (``prefix=False``) are unchanged. The per-seed oracle's layout (:func:`one_seed`)."""
+    def full(a, drawn_full, lengths):
+        return a if drawn_full else _rng.expand_prefix(a, lengths, spec.K_max, axis)
+
+    flat = r.q.ndim == axis + 1  # idx, q, z drawn for the steps' prefixes only
+    return SubDraws(full(r.priority, r.priority.ndim == axis + 2, widths(spec)),
+                    *(full(getattr(r, f), not flat, spec.Ks) for f in ("idx", "q", "z")))
+
+
+def group_sub(r: SubDraws, spec: Spec, g: Group, axis: int = 1) -> SubDraws:
+    """The fields of :func:`sub_draws` for the K steps of group ``g``, in the ``(nK_g, W, ...)``
+    layout at ``axis`` (after a leading seed axis by default): entries of domains ``>= K`` are
+    0 (never read)."""
+    flat = r.q.ndim == axis + 1  # idx, q, z drawn for the steps' prefixes only
+
+    def rows(a, lengths, start, stop, full):
+        if full:  # drawn in the (nK, K_max, ...) layout
+            sl = (slice(None),) * axis + (slice(g.start, g.stop), slice(0, g.W))
+            return a[sl]
+        off = [0, *np.cumsum(lengths)]
+        part = jax.lax.slice_in_dim(a, int(off[start]), int(off[stop]), axis=axis)
+        return _rng.expand_prefix(part, lengths[start:stop], g.W, axis)
+
+    w = widths(spec)
+    pr = r.priority
+    if pr.ndim == axis + 1:  # (sum(widths),): every entry of the group's rows is drawn
+        off = [0, *np.cumsum(w)]
+        pr = jax.lax.slice_in_dim(pr, int(off[g.start]), int(off[g.stop]), axis=axis)
+        pr = pr.reshape(pr.shape[:axis] + (g.stop - g.start, g.W) + pr.shape[axis + 1:])
+    else:
+        pr = rows(pr, w, g.start, g.stop, True)
+    return SubDraws(pr, *(rows(getattr(r, f), spec.Ks, g.start, g.stop, not flat)
+                          for f in ("idx", "q", "z")))
+
 
 def draw(spec: Spec, dtype, key):
     """One seed's data: ``(means (K_max, d), samples (K_max, n, d) or None, xbar (K_max, d),

@@ -48,3 +48,41 @@ class SeedResult(NamedTuple):
     included: Any
     means: Any
     xbar: Any
+
+
+# The K steps' layout. Step K reads the first K domains; it is evaluated over the first W >= K of
+# them, masked, with W one of a few widths, so that a step costs O(W) <= O(2 K) and the number of
+# distinct widths (traced code paths) is at most log2(K_max) + 1. Up to ``FULL_WIDTH`` domains every
+# step is evaluated over all K_max of them (one width: the paper's sizes, where one masked layout
+# is cheapest and the programs stay small).
+FULL_WIDTH = 128
+MIN_WIDTH = 8
+
+
+def widths(spec: Spec) -> tuple:
+    """The width W of every K step (see :data:`FULL_WIDTH`): ``K_max`` for all steps when
+    ``K_max <= FULL_WIDTH``, else the power of two ``>= K`` (at least :data:`MIN_WIDTH`), capped at
+    ``K_max``."""
+    if spec.K_max <= FULL_WIDTH:
+        return (spec.K_max,) * len(spec.Ks)
+    return tuple(min(spec.K_max, max(MIN_WIDTH, 1 << (K - 1).bit_length())) for K in spec.Ks)
+
+
+class Group(NamedTuple):
+    """K steps ``start:stop`` (indices into ``Ks``), all of width ``W``; ``Ks`` their K values."""
+
+    start: int
+    stop: int
+    W: int
+    Ks: tuple
+
+
+def groups(spec: Spec) -> tuple:
+    """The runs of consecutive K steps of one width (:func:`widths`), in order: :class:`Group`\\ s."""
+    w = widths(spec)
+    out, start = [], 0
+    for i in range(1, len(w) + 1):
+        if i == len(w) or w[i] != w[start]:
+            out.append(Group(start, i, w[start], tuple(spec.Ks[start:i])))
+            start = i
+    return tuple(out)
