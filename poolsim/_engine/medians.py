@@ -102,9 +102,13 @@ def _medians_of_columns(cols, n: int, Ks, block: int):
         def value(pos):
             return np.take_along_axis(srt, pos, axis=1)
     gb = g.reshape(M, nb, block)
-    offset = (np.arange(M * nb, dtype=np.int64) * (G + 1)).reshape(M, nb, 1)
-    hist = np.bincount((gb + offset).ravel(), minlength=M * nb * (G + 1)).reshape(M, nb, G + 1)
-    below = np.cumsum(hist, axis=2, dtype=np.int32)[:, :, Ks - 1]  # (M, nb, nK) rows of group < K
+    # Rows counted per (block, bin), bin i = the rows of groups in [Ks[i-1], Ks[i]) (the last bin:
+    # groups >= Ks[-1] and the padding): O(R + nK R / block), not a count per group (K_max R / block).
+    nK = len(Ks)
+    bins = np.searchsorted(Ks, np.arange(G + 1), side="right").astype(np.int64)[gb]
+    offset = (np.arange(M * nb, dtype=np.int64) * (nK + 1)).reshape(M, nb, 1)
+    hist = np.bincount((bins + offset).ravel(), minlength=M * nb * (nK + 1)).reshape(M, nb, nK + 1)
+    below = np.cumsum(hist, axis=2, dtype=np.int32)[:, :, :nK]  # (M, nb, nK) rows of group < K
     upto = np.cumsum(below, axis=1, dtype=np.int32)  # valid rows in blocks 0..b
     count = np.minimum(Ks * n, R)  # valid rows per prefix
 
@@ -136,27 +140,42 @@ def host_prefix_medians(x: np.ndarray, n: int, Ks, block: int = 64, batch: int =
     O(R + nK (R / block + block)) per column, instead of O(nK R). Columns go in batches of
     ``batch`` (the working arrays stay in cache: ~2x faster than all at once, measured) spread
     over ``threads`` threads (NumPy's sort releases the GIL; the CPU engine's XLA threads are
-    idle while this callback runs).
+    idle while this callback runs). A batch is at most ``COLUMN_ROWS`` rows' worth of columns, and
+    each batch's columns are copied out of ``x`` on their own, so the working memory is bounded
+    (``threads`` batches, ~24 bytes per row each) whatever the size of ``x``.
     """
     x = np.asarray(x)
     Ks = np.asarray(Ks, dtype=np.int64)
     *lead, R, d = x.shape
-    cols = np.ascontiguousarray(np.moveaxis(x, -1, -2).reshape(-1, R))  # (M, R)
-    out = np.empty((cols.shape[0], len(Ks)), x.dtype)
+    x = x.reshape(-1, R, d)
+    L = x.shape[0]
+    out = np.empty((L, d, len(Ks)), x.dtype)
+    batch = max(1, min(batch, COLUMN_ROWS // R))
+    if d >= batch:  # columns j0:j1 of one leading row l
+        tasks = [(l, l + 1, j, min(d, j + batch)) for l in range(L) for j in range(0, d, batch)]
+    else:  # every column of leading rows l0:l1
+        per = batch // d
+        tasks = [(l, min(L, l + per), 0, d) for l in range(0, L, per)]
 
-    def run(start):
-        out[start:start + batch] = _medians_of_columns(cols[start:start + batch], n, Ks, block)
+    def run(task):
+        l0, l1, j0, j1 = task
+        cols = np.ascontiguousarray(np.swapaxes(x[l0:l1, :, j0:j1], 1, 2)).reshape(-1, R)
+        out[l0:l1, j0:j1] = _medians_of_columns(cols, n, Ks, block).reshape(l1 - l0, j1 - j0, -1)
 
-    starts = range(0, cols.shape[0], batch)
-    if threads > 1 and len(starts) > 1:
+    if threads > 1 and len(tasks) > 1:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(run, starts))
+            list(pool.map(run, tasks))
     else:
-        for start in starts:
-            run(start)
-    return np.moveaxis(out.reshape(*lead, d, len(Ks)), -1, -2)
+        for task in tasks:
+            run(task)
+    return np.swapaxes(out, 1, 2).reshape(*lead, len(Ks), d)
+
+
+# Rows (column length times columns) of one batch of :func:`host_prefix_medians` at most: its
+# working arrays (packed keys, groups, counts: ~24 bytes a row) stay near 100 MB per thread.
+COLUMN_ROWS = 1 << 22
 
 
 def chunk_medians(samples: np.ndarray, k: int, spec: Spec) -> np.ndarray:
