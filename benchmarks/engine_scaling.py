@@ -33,7 +33,7 @@ Writes ``docs/img/engine_scaling.png`` (log-log, two panels per quantity) and
 
     python benchmarks/engine_scaling.py [--Ks 10,100,1000] [--Ks-samples 10,100,1000]
         [--seeds 10,100,1000] [--ns 10,100,1000] [--ds 2,16,128] [--base-seeds 100]
-        [--base-K 1000] [--nd-K 100] [--anchor-Ks 10,100,1000] [--timeout 300] [--no-write]
+        [--base-K 1000] [--nd-K 100] [--anchor-Ks 10,100,1000] [--timeout 300] [--max-rss-mb 6000] [--no-write]
 """
 from __future__ import annotations
 
@@ -83,17 +83,34 @@ def child(cfg: dict) -> dict:
             "peak_mb": peak_mb()}
 
 
-def run_child(cfg: dict, timeout: float) -> dict:
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(float(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration, ValueError):
+        return 0.0
+
+
+def run_child(cfg: dict, timeout: float, max_rss_mb: float) -> dict:
+    """``child(cfg)`` in a fresh process; stopped (and reported as failed) past ``timeout``
+    seconds or ``max_rss_mb`` of resident memory (the machine is shared)."""
     env = {**os.environ, "POOLSIM_CACHE_DIR": "off", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(cfg)]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {**cfg, "error": f"timeout after {timeout:.0f} s"}
+    t0 = time.time()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as p:
+        while p.poll() is None:
+            why = (f"timeout after {timeout:.0f} s" if time.time() - t0 > timeout else
+                   f"stopped at {max_rss_mb:.0f} MB resident" if _rss_mb(p.pid) > max_rss_mb else None)
+            if why:
+                p.kill()
+                p.wait()
+                return {**cfg, "error": why}
+            time.sleep(0.2)
+        out, err = p.communicate()
     if p.returncode != 0:
-        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        tail = (err.strip().splitlines() or ["no output"])[-1]
         return {**cfg, "error": f"exit {p.returncode}: {tail[:200]}"}
-    return {**cfg, **json.loads(p.stdout.strip().splitlines()[-1])}
+    return {**cfg, **json.loads(out.strip().splitlines()[-1])}
 
 
 def run_anchor(K: int, timeout: float) -> dict:
@@ -260,6 +277,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-from", type=float, default=None,
                     help="fit slopes on x >= this (default: all but each sweep's smallest x)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per child")
+    ap.add_argument("--max-rss-mb", type=float, default=6000,
+                    help="stop a child past this resident memory (MB) and record the point as failed")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     if args.child:
@@ -275,11 +294,11 @@ def main(argv=None) -> int:
                for s in _ints(args.seeds)]
             + [dict(sweep="n", K=args.nd_K, seeds=S, n=n, d=D_BASE, materialize=True) for n in _ints(args.ns)]
             + [dict(sweep="d", K=args.nd_K, seeds=S, n=N_BASE, d=d, materialize=True) for d in _ints(args.ds)])
-    floor = run_child({"floor": True}, args.timeout)
+    floor = run_child({"floor": True}, args.timeout, args.max_rss_mb)
     floor_mb = floor.get("peak_mb", float("nan"))
     points = []
     for cfg in cfgs:
-        p = run_child(cfg, args.timeout)
+        p = run_child(cfg, args.timeout, args.max_rss_mb)
         points.append(p)
         msg = p.get("error") or f"compile {p['compile_s']:.2f} s, warm {p['warm_s']:.3f} s, peak {p['peak_mb']:.0f} MB"
         print(f"{cfg['sweep']:>5} K={cfg['K']} S={cfg['seeds']} n={cfg['n']} d={cfg['d']} "

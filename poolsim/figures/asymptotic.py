@@ -122,7 +122,7 @@ def plot(df: pd.DataFrame):
                   label=f"pooling & subsampling, K->inf (theory): {lim['pool']:.3f}")
     a.set_xlabel("number of domains K")
     a.set_ylabel("eps_K = ||estimate - mu*||_2  (mean, 95% band)")
-    if P["Ks"][-1] > 20 * P["Ks"][0]:
+    if P["Ks"][-1] > 10 * P["Ks"][0]:
         a.set_xscale("log")
     else:
         a.set_xticks(P["Ks"])
