@@ -156,40 +156,57 @@ def figure(points: list[dict], anchors: list[dict], floor_mb: float, fit_from, t
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
-    fig, axes = plt.subplots(2, 4, figsize=(15, 7.2))
+    fig, axes = plt.subplots(2, 4, figsize=(16, 8.4))
     groups = [("K", [SWEEPS[0], SWEEPS[1]]), ("seeds", [SWEEPS[2]]), ("n", [SWEEPS[3]]),
               ("d", [SWEEPS[4]])]
     for col, (xkey, sweeps) in enumerate(groups):
+        xs_all = sorted({p[xkey] for _, _, _, sel in sweeps for p in points if sel(p)})
         for row, (ykey, ylab) in enumerate((("warm_s", "time per call, warm (s)"),
                                             ("peak_mb", "peak memory of the process (MB)"))):
             ax = axes[row, col]
+            guides = []
             for name, x, xlabel, sel in sweeps:
                 pts = sorted((p for p in points if sel(p) and "error" not in p), key=lambda p: p[x])
+                ax.set_xlabel(xlabel)
                 if not pts:
                     continue
                 slope, used = fit(pts, x, ykey, fit_from)
-                ax.loglog([p[x] for p in pts], [p[ykey] for p in pts], "o-", ms=4,
-                          label=f"{name}: slope {slope:.2f} (fit x >= {min(used) if used else '-'})")
+                line, = ax.loglog([p[x] for p in pts], [p[ykey] for p in pts], "o-", ms=4,
+                                  label=f"{name}: slope {slope:.2f} (fit on x = {', '.join(map(str, used)) or '-'})")
                 if ykey == "warm_s":
                     ax.loglog([p[x] for p in pts], [p["compile_s"] for p in pts], "x:", ms=4,
-                              color=ax.lines[-1].get_color(), alpha=0.6, label=f"{name}: compile")
-                for p in (q for q in points if sel(q) and "error" in q):
-                    ax.annotate("failed", (p[x], ax.get_ylim()[1]), fontsize=7, color="red")
-                ax.set_xlabel(xlabel)
+                              color=line.get_color(), alpha=0.6, label=f"{name}: compile (first call - warm)")
+                    guides.append((pts[0][x], pts[0][ykey], pts[-1][x], line.get_color()))
             if xkey == "K" and ykey == "warm_s" and anchors:
                 ok = [a for a in anchors if "error" not in a]
                 base = [p for p in points if p["sweep"] == "K" and "error" not in p]
                 S = base[0]["seeds"] if base else 0
                 if ok and S:
                     ax.loglog([a["K"] for a in ok], [S / a["seeds_per_s"] for a in ok], "s--", ms=4,
-                              color="0.4", label=f"NumPy loop naive_bigK.py ({S} seeds, extrapolated)")
+                              color="0.35", label=f"NumPy loop naive_bigK.py, time for {S} seeds")
             if ykey == "peak_mb":
-                ax.axhline(floor_mb, color="0.6", lw=0.8, ls="--", label=f"interpreter + JAX: {floor_mb:.0f} MB")
+                ax.axhline(floor_mb, color="0.6", lw=0.8, ls="--",
+                           label=f"floor: interpreter + JAX imported, {floor_mb:.0f} MB")
+            lim = ax.get_ylim()
+            for x0, y0, x1, color in guides:  # slope 1 through the sweep's first point
+                ax.loglog([x0, x1], [y0, y0 * x1 / x0], color=color, lw=0.8, ls=(0, (1, 3)), alpha=0.8)
+            ax.set_ylim(lim)
+            for name, x, _, sel in sweeps:
+                for p in (q for q in points if sel(q) and "error" in q):
+                    ax.axvline(p[x], color="red", lw=0.8, ls="--")
+                    ax.text(p[x], 0.5, f" {name.split(' ')[0]}={p[x]}: {p['error']}", color="red",
+                            fontsize=6.5, rotation=90, va="center", ha="right", transform=ax.get_xaxis_transform())
+            ax.xaxis.set_major_locator(FixedLocator(xs_all))
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FixedFormatter([f"{v:g}" for v in xs_all]))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set_ylabel(ylab)
             ax.grid(alpha=0.3, which="both")
-            ax.legend(fontsize=6.5)
-    fig.suptitle(title, fontsize=10)
+            ax.legend(fontsize=6.5, loc="upper left")
+    fig.suptitle(title + "\ndotted thin lines: slope 1 (cost proportional to x) through each sweep's first point",
+                 fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig
 
@@ -219,8 +236,13 @@ def commit() -> str:
         return "unknown"
 
 
-def table(points, anchors, floor_mb, fit_from, info, loads, elapsed) -> str:
-    lines = [f"Machine: {info}. Commit {commit()}. Load average (1 min) before / after: "
+def _save_figure(fig) -> None:
+    FIG.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(FIG, dpi=100, metadata={"Software": None})
+
+
+def table(points, anchors, floor_mb, fit_from, info, loads, elapsed, rev) -> str:
+    lines = [f"Machine: {info}. Commit {rev}. Load average (1 min) before / after: "
              f"{loads[0]:.2f} / {loads[1]:.2f}; the whole run took {elapsed:.0f} s. Each point is "
              f"`experiments.run(\"asymptotic\", Ks=(K,), ...)` in a fresh child process: warm = the "
              f"faster of the 2nd and 3rd identical calls, compile = first minus warm, peak = the child's ru_maxrss "
@@ -280,11 +302,19 @@ def main(argv=None) -> int:
     ap.add_argument("--max-rss-mb", type=float, default=6000,
                     help="stop a child past this resident memory (MB) and record the point as failed")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--replot", action="store_true",
+                    help="redraw the figure and reprint the table from the last run's JSON (no measuring)")
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return 0
 
+    if args.replot:
+        r = json.loads(JSON_OUT.read_text())
+        print(table(r["points"], r["anchors"], r["floor_mb"], args.fit_from, r["machine"], r["load"],
+                    r.get("elapsed", float("nan")), r["commit"]))
+        _save_figure(figure(r["points"], r["anchors"], r["floor_mb"], args.fit_from, r["title"]))
+        return 0
     t0 = time.time()
     load0 = os.getloadavg()[0]
     S = args.base_seeds
@@ -312,18 +342,16 @@ def main(argv=None) -> int:
     loads = (load0, os.getloadavg()[0])
     elapsed = time.time() - t0
     info = machine_info()
-    text = table(points, anchors, floor_mb, args.fit_from, info, loads, elapsed)
+    text = table(points, anchors, floor_mb, args.fit_from, info, loads, elapsed, commit())
     print(text)
     if not args.no_write:
         title = (f"poolsim engine scaling: experiments.run('asymptotic'), {S} seeds unless varied; "
                  f"{info.split(',')[0]}, load {loads[0]:.1f}/{loads[1]:.1f}, commit {commit()}")
-        fig = figure(points, anchors, floor_mb, args.fit_from, title)
-        FIG.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(FIG, dpi=110, metadata={"Software": None})
+        _save_figure(figure(points, anchors, floor_mb, args.fit_from, title))
         JSON_OUT.parent.mkdir(parents=True, exist_ok=True)
         JSON_OUT.write_text(json.dumps({"machine": info, "commit": commit(), "load": loads,
-                                        "floor_mb": floor_mb, "points": points, "anchors": anchors},
-                                       indent=1))
+                                        "elapsed": elapsed, "title": title, "floor_mb": floor_mb,
+                                        "points": points, "anchors": anchors}, indent=1))
         print(f"wrote {FIG} and {JSON_OUT}")
     return 0
 
