@@ -91,6 +91,7 @@ def test_asymptotic_at_max_K_100_runs_and_overlays_theory_limits():
     # pooling's ||E[mu] - mu*|| = p alpha = 0.45 (metadist.contaminated's mean).
     df = asymptotic.compute(seeds=3, quick=True, max_K=100)
     assert df.attrs["params"]["Ks"] == (5, 10, 20, 30, 40, 50, 100)
+    assert df.attrs["params"]["materialize"] is False  # large K: exact sufficient statistics
     assert set(df[df.panel == "final"].K) == {100}
     lim = df[df.panel == "limit"].set_index("strategy")["mean"]
     md = metadist.contaminated(0.3, 1.5, d=2, gamma=0.5)
