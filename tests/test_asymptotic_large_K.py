@@ -12,6 +12,14 @@ from poolsim.figures import __main__ as cli
 from poolsim.figures import _data, asymptotic
 
 
+def test_gap_slope_recovers_a_power_law():
+    # eps_K - eps_inf = 0.3 K^-0.5 exactly: the fitted slope over K >= 100 is -0.5 (K < 100 ignored)
+    K = np.array([10, 50, 100, 1000, 10_000])
+    cur = pd.DataFrame({"K": K, "mean": 0.2 + 0.3 * K ** -0.5 + np.where(K < 100, 1.0, 0.0)})
+    assert asymptotic.gap_slope(cur, 0.2) == pytest.approx(-0.5, abs=1e-12)
+    assert math.isnan(asymptotic.gap_slope(cur, 0.25))  # a non-positive gap: no log fit
+
+
 def test_ks_for_adds_the_large_K_values_up_to_max_K():
     default = (5, 10, 20, 30, 40, 50)  # experiments.EXPERIMENTS["asymptotic"] (the paper's)
     assert asymptotic.ks_for(None) == default
@@ -107,4 +115,5 @@ def test_asymptotic_at_max_K_100_runs_and_overlays_theory_limits():
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any("K->inf at fixed tau (theory)" in t for t in labels)
     assert fig.axes[0].get_xscale() == "log" and not math.isnan(lim["match"])
+    assert len(fig.axes) == 3 and "approach to the fixed-tau limit" in fig.axes[1].get_title()
     plt.close(fig)
