@@ -108,8 +108,10 @@ def run_child(cfg: dict, timeout: float, max_rss_mb: float) -> dict:
             time.sleep(0.2)
         out, err = p.communicate()
     if p.returncode != 0:
-        tail = (err.strip().splitlines() or ["no output"])[-1]
-        return {**cfg, "error": f"exit {p.returncode}: {tail[:200]}"}
+        lines = err.strip().splitlines() or ["no output"]
+        key = [ln for ln in lines if any(w in ln for w in ("Check failed", "Error", "RESOURCE_EXHAUSTED"))]
+        why = "aborted (SIGABRT)" if p.returncode == -6 else f"exit {p.returncode}"
+        return {**cfg, "error": f"{why}: {(key or lines)[-1].strip()[:160]}"}
     return {**cfg, **json.loads(out.strip().splitlines()[-1])}
 
 
