@@ -160,7 +160,7 @@ def figure(points: list[dict], anchors: list[dict], floor_mb: float, fit_from, t
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
-    fig, axes = plt.subplots(2, 4, figsize=(16, 8.4))
+    fig, axes = plt.subplots(2, 4, figsize=(16, 10.5))
     groups = [("K", [SWEEPS[0], SWEEPS[1]]), ("seeds", [SWEEPS[2]]), ("n", [SWEEPS[3]]),
               ("d", [SWEEPS[4]])]
     for col, (xkey, sweeps) in enumerate(groups):
@@ -198,7 +198,7 @@ def figure(points: list[dict], anchors: list[dict], floor_mb: float, fit_from, t
             for name, x, _, sel in sweeps:
                 for p in (q for q in points if sel(q) and "error" in q):
                     ax.axvline(p[x], color="red", lw=0.8, ls="--")
-                    ax.text(p[x], 0.5, f" {name.split(' ')[0]}={p[x]}: {p['error']}", color="red",
+                    ax.text(p[x], 0.5, f" {name.split(' ')[0]}={p[x]}: {p['error'][:36]}", color="red",
                             fontsize=6.5, rotation=90, va="center", ha="right", transform=ax.get_xaxis_transform())
             ax.xaxis.set_major_locator(FixedLocator(xs_all))
             ax.xaxis.set_major_formatter(matplotlib.ticker.FixedFormatter([f"{v:g}" for v in xs_all]))
@@ -206,7 +206,7 @@ def figure(points: list[dict], anchors: list[dict], floor_mb: float, fit_from, t
             ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set_ylabel(ylab)
             ax.grid(alpha=0.3, which="both")
-            ax.legend(fontsize=6.5, loc="upper left")
+            ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), frameon=False)
     fig.suptitle(title + "\ndotted thin lines: slope 1 (cost proportional to x) through each sweep's first point",
                  fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
