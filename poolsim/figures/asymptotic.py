@@ -7,11 +7,13 @@ K = 100, 200, 500, 1000, 2000, 5000, 10000, ... up to N (and N itself), so the a
 limit is visible. That run uses the engine's exact sufficient statistics (``materialize=False``:
 the same gate on the domain sample means, matching started at the median of the domain means
 instead of the sample median) -- drawing 1.5 million samples per seed at K = 10^4 would cost
-minutes per hundred seeds -- and the theory limit does not depend on the start (the fixed point is
-unique along the contamination axis at the default parameters). The limits are theory, not simulation: matching's is the fixed point
-c* = E[xbar | ||xbar - c*|| < tau] of :func:`poolsim.theory.match_limit` (eps_inf = ||c* - mu*||),
-pooling's and subsampling's the mean of :func:`poolsim.theory.pool_limit` (eps_inf =
-||E[mu] - mu*|| = p alpha).
+minutes per hundred seeds -- and the theory limit does not depend on the start (at the default
+parameters the iteration reaches the same fixed point from every start on the contamination axis
+between -1 and 2).
+
+The limits are theory, not simulation: matching's is the fixed point c* = E[xbar | ||xbar - c*||
+< tau] of :func:`poolsim.theory.match_limit` (eps_inf = ||c* - mu*||), pooling's and subsampling's
+the mean of :func:`poolsim.theory.pool_limit` (eps_inf = ||E[mu] - mu*|| = p alpha).
 """
 from __future__ import annotations
 
