@@ -90,7 +90,7 @@ def _parser(names) -> argparse.ArgumentParser:
     p.add_argument("--max-K", type=int, default=None, metavar="N", dest="max_K",
                    help="asymptotic: also K = 100, 200, 500, ... up to N (and N itself), on exact "
                         "sufficient statistics, with Thm 1's K -> infinity limits overlaid (default: "
-                        "the paper's K <= 50, samples drawn; --max-K 10000 takes minutes)")
+                        "the paper's K <= 50, samples drawn; --max-K 10000: up to minutes)")
     p.add_argument("--format", default="png,pdf",
                    help=f"comma-separated image formats among {', '.join(FORMATS)} (default: png,pdf)")
     g = _cluster.add_arguments(p, unit="seed block")
