@@ -32,28 +32,30 @@ Modules, one per concern (each imports only those listed after it):
 * :mod:`.subsample`, :mod:`.matching`, :mod:`.medians`, :mod:`.moments` -- the strategies' pieces and
   the on-device summary;
 * :mod:`.draws` -- every random number of a seed;
-* :mod:`.chunks` -- seeds per program call;
+* :mod:`.chunks` -- seeds per program call: the memory budget and the bytes a seed needs;
 * :mod:`.spec` -- :class:`Spec` and :class:`SeedResult`.
 """
 from __future__ import annotations
 
-from .chunks import SMALL_CHUNK, chunk_size
+from .chunks import (BUDGET_ENV, SMALL_CHUNK, MemoryBudgetError, Plan, SeedBytes, chunk_plan,
+                     parse_bytes, resolve_budget, rung, seed_bytes)
 from .compiled import compiled, compiled_moments, compiled_vmapped, store_ident
-from .draws import Draws, SubDraws, collision_law, draw, draw_batch, full_sub, sub_draws
+from .draws import Draws, SubDraws, collision_law, draw, draw_batch, full_sub, group_sub, sub_draws
 from .estimates import estimate_batch, one_seed
-from .gather import gather
+from .gather import Gatherer, gather
 from .matching import STAGES, batched_match
 from .medians import (chunk_medians, few_prefix_medians, grouped_medians, host_medians_outside,
                       host_prefix_medians, prefix_medians)
 from .moments import PAIRS, QUANTITIES, Moments, Summary, combine, moments
 from .run import AHEAD, DISTRIBUTED_HELP, process_block, simulate
-from .spec import STRATEGIES, SeedResult, Spec
-from .subsample import subsample_mean
+from .spec import FULL_WIDTH, STRATEGIES, Group, SeedResult, Spec, groups, widths
+from .subsample import PAIRWISE_MAX, chosen_domains, subsample_mean
 
 __all__ = ["AHEAD", "DISTRIBUTED_HELP", "Draws", "Moments", "PAIRS", "QUANTITIES", "SMALL_CHUNK",
-           "STAGES", "STRATEGIES", "SeedResult", "Spec", "SubDraws", "Summary", "batched_match",
-           "chunk_medians", "chunk_size", "collision_law", "combine", "compiled", "compiled_moments",
+           "FULL_WIDTH", "Group", "STAGES", "STRATEGIES", "SeedResult", "Spec", "SubDraws", "Summary", "batched_match",
+           "chunk_medians", "chunk_plan", "BUDGET_ENV", "MemoryBudgetError", "Plan", "SeedBytes",
+           "parse_bytes", "resolve_budget", "rung", "seed_bytes", "collision_law", "combine", "compiled", "compiled_moments",
            "compiled_vmapped", "draw", "draw_batch", "estimate_batch", "few_prefix_medians", "full_sub",
-           "gather", "grouped_medians", "host_medians_outside", "host_prefix_medians", "moments",
+           "Gatherer", "gather", "grouped_medians", "host_medians_outside", "host_prefix_medians", "moments",
            "one_seed", "prefix_medians", "process_block", "simulate", "store_ident", "sub_draws",
-           "subsample_mean"]
+           "subsample_mean", "groups", "widths", "group_sub", "chosen_domains", "PAIRWISE_MAX"]

@@ -5,30 +5,47 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-def gather(outs: list, S: int, chunk: int, on_device: bool):
-    """One pytree of NumPy arrays with leading axis ``S`` from the per-batch device results
-    ``outs`` (each with leading axis ``chunk``; the last one padded; ``None`` leaves -- fields
-    not asked for -- stay ``None``). Every transfer is started (``copy_to_host_async``) before
-    the first is waited on. ``on_device``: the batches are concatenated on the device and each
-    field crosses once; else each batch's arrays are copied into preallocated host arrays
-    (several devices: a batch's array is spread over them; CPU: the copy is the host's own
+
+def gather(parts: list, on_device: bool):
+    """One pytree of NumPy arrays from the per-chunk device results ``parts``: pairs ``(out, k)``,
+    of which the first ``k`` rows (leading axis) count -- the rest pad the chunk; ``None`` leaves
+    (fields not asked for) stay ``None``. Every transfer is started (``copy_to_host_async``)
+    before the first is waited on. ``on_device``: the chunks are concatenated on the device and
+    each field crosses once; else each chunk's arrays are copied into preallocated host arrays
+    (several devices: a chunk's array is spread over them; CPU: the copy is the host's own
     memory, and the result stays writeable)."""
-    last = S - (len(outs) - 1) * chunk
     if on_device:
-        outs = outs[:-1] + [jax.tree.map(lambda a: a[:last], outs[-1])] if last < chunk else outs
-        whole = jax.tree.map(lambda *a: jnp.concatenate(a) if len(a) > 1 else a[0], *outs)
+        cut = [jax.tree.map(lambda a, k=k: a[:k] if k < a.shape[0] else a, o) for o, k in parts]
+        whole = jax.tree.map(lambda *a: jnp.concatenate(a) if len(a) > 1 else a[0], *cut)
         leaves, tree = jax.tree.flatten(whole)
         for a in leaves:
             a.copy_to_host_async()
         return jax.tree.unflatten(tree, [np.asarray(a) for a in leaves])
-    flat = [jax.tree.flatten(o) for o in outs]
-    tree = flat[0][1]
-    for leaves, _ in flat:
-        for a in leaves:
+    for o, _ in parts:
+        for a in jax.tree.leaves(o):
             a.copy_to_host_async()
-    host = [np.empty((S,) + a.shape[1:], a.dtype) for a in flat[0][0]]
-    for i, (leaves, _) in enumerate(flat):
-        k = min(chunk, S - i * chunk)
-        for dst, a in zip(host, leaves):
-            dst[i * chunk:i * chunk + k] = np.asarray(a)[:k]
-    return jax.tree.unflatten(tree, host)
+    into = Gatherer(sum(k for _, k in parts))
+    for o, k in parts:
+        into.add(o, k)
+    return into.result()
+
+
+class Gatherer:
+    """Host arrays with leading axis ``S`` filled chunk by chunk (:meth:`add`), so that a finished
+    chunk's device arrays can be dropped at once: the results are held once, not twice."""
+
+    def __init__(self, S: int):
+        self.S, self.pos, self.host, self.tree = S, 0, None, None
+
+    def add(self, out, k: int) -> None:
+        """Copy the first ``k`` rows of every leaf of ``out`` (a finished chunk) in place."""
+        leaves, tree = jax.tree.flatten(out)
+        if self.host is None:
+            self.tree = tree
+            self.host = [np.empty((self.S,) + a.shape[1:], a.dtype) for a in leaves]
+        for dst, a in zip(self.host, leaves):
+            dst[self.pos:self.pos + k] = np.asarray(a)[:k]
+        self.pos += k
+
+    def result(self):
+        return jax.tree.unflatten(self.tree, self.host)

@@ -8,9 +8,9 @@ import jax
 import numpy as np
 
 from .. import _cache
-from .chunks import chunk_size
+from .chunks import chunk_plan
 from .compiled import compiled, compiled_moments, compiled_vmapped, mesh
-from .gather import gather
+from .gather import Gatherer, gather
 from .medians import chunk_medians, host_medians_outside
 from .moments import Moments, Summary, combine
 from .spec import SeedResult, Spec
@@ -38,7 +38,8 @@ AHEAD = 2
 def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: int = 1024,
              shard: bool = True, progress: Callable[[int], None] | None = None,
              distributed: bool = False, batched: bool = True,
-             summary: bool = False, fields: tuple | None = None) -> SeedResult | Summary:
+             summary: bool = False, fields: tuple | None = None,
+             memory_budget=None) -> SeedResult | Summary:
     """Run ``spec`` for every seed in ``seeds`` (int array). Seed s uses ``jax.random.key(s)``'s
     numbers (through :func:`poolsim._rng.fast_key`), so a seed's result does not depend on the
     other seeds, the sharding or the process, and -- up to float32 rounding, XLA fusing
@@ -46,12 +47,17 @@ def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: in
     ``batched=False`` runs the plain ``vmap`` of :func:`one_seed` instead (same results, slower;
     the tests' oracle).
 
-    Seeds are processed in chunks of :func:`chunk_size` seeds (``chunk``, or
-    :data:`SMALL_CHUNK` for small runs; the last chunk padded, so one compiled program serves
-    every seed count above ``SMALL_CHUNK``); with several local devices each chunk is split over
-    them (chunk rounded up to a multiple of the device count), each device running its block
-    alone (:func:`compiled`). Chunks are dispatched without waiting for their results (at most
-    ``AHEAD`` unfinished ahead of the oldest); the results stay on the device until all are
+    Seeds are processed in chunks (:func:`poolsim._engine.chunks.chunk_plan`): at most ``chunk``
+    seeds, fewer where ``memory_budget`` (bytes or a string such as ``"4GB"``; default the
+    environment variable ``POOLSIM_MEMORY_BUDGET``, else a fair share of the free memory) does not
+    hold them; sizes from a short ladder of powers of two, so few compiled shapes serve every seed
+    count, and the last chunk is the smallest rung that holds the seeds left. A size of which one
+    seed does not fit raises :class:`poolsim._engine.chunks.MemoryBudgetError` before any work.
+    With several local devices each chunk is split over them (sizes multiples of the device
+    count), each device running its block alone (:func:`compiled`). Chunks are dispatched without
+    waiting for their results (at most ``AHEAD`` unfinished ahead of the oldest, none where the
+    budget holds only one chunk in flight); on a CPU backend each finished chunk's results are
+    copied into the host arrays at once, on an accelerator they stay on the device until all are
     done and cross to the host once (:func:`gather`).
 
     ``fields``: names of the :class:`SeedResult` fields to bring to the host (default: all);
@@ -84,7 +90,8 @@ def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: in
         padded = np.concatenate([seeds, np.full(per * jax.process_count() - S, seeds[-1])])
         local = _simulate_local(spec, padded[start:start + per], max(0, min(per, S - start)),
                                 dtype=dtype, chunk=chunk, shard=shard, progress=progress,
-                                batched=batched, summary=summary, fields=fields)
+                                batched=batched, summary=summary, fields=fields,
+                                memory_budget=memory_budget)
         from jax.experimental import multihost_utils
 
         ctx = jax.enable_x64(True) if dtype == "float64" or summary else contextlib.nullcontext()
@@ -94,61 +101,73 @@ def simulate(spec: Spec, seeds: np.ndarray, *, dtype: str = "float32", chunk: in
             return combine(Moments(*(np.asarray(a) for a in full)))
         return SeedResult(*(None if a is None else np.asarray(a)[:S] for a in full))
     out = _simulate_local(spec, seeds, S, dtype=dtype, chunk=chunk, shard=shard,
-                          progress=progress, batched=batched, summary=summary, fields=fields)
+                          progress=progress, batched=batched, summary=summary, fields=fields,
+                          memory_budget=memory_budget)
     return combine(out) if summary else out
 
 
 def _simulate_local(spec: Spec, seeds: np.ndarray, n_valid: int, *, dtype: str, chunk: int,
                     shard: bool, progress, batched: bool, summary: bool,
-                    fields: tuple | None = None):
+                    fields: tuple | None = None, memory_budget=None):
     """:func:`simulate` on this process's devices; the first ``n_valid`` seeds count (the rest
     pad a distributed block). Returns a :class:`SeedResult` or, with ``summary``, the
     :class:`Moments` (NumPy, one row per chunk and device; float64)."""
-    _cache.enable_jax_cache()
     S = len(seeds)
     ndev = len(jax.local_devices()) if shard else 1
-    chunk = chunk_size(S, chunk, ndev)
-    n_chunks = -(-S // chunk)
+    outside = batched and host_medians_outside(spec, ndev)
+    plan = chunk_plan(S, spec, dtype=dtype, chunk=chunk, ndev=ndev, budget=memory_budget,
+                      ahead=AHEAD, host_medians=ndev == 1 and jax.default_backend() == "cpu")
+    _cache.enable_jax_cache()
+    starts = np.concatenate([[0], np.cumsum(plan.sizes)])
     seeds = seeds.astype(np.uint32)
-    seeds = np.concatenate([seeds, np.full(n_chunks * chunk - S, seeds[-1], np.uint32)])
+    seeds = np.concatenate([seeds, np.full(starts[-1] - S, seeds[-1], np.uint32)])
     place = (jax.sharding.NamedSharding(mesh(ndev), jax.sharding.PartitionSpec("seeds"))
              if ndev > 1 else None)
     ctx = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
-    outside = batched and host_medians_outside(spec, ndev)
     keep = None if fields is None or summary else set(fields)
-    outs, waiting = [], []
+    on_device = ndev == 1 and jax.default_backend() != "cpu"
+    rows = len(plan.sizes) * ndev if summary else S
+    into = Gatherer(rows) if not on_device else None
+    parts, waiting = [], []
+
+    def finish(out, k):
+        jax.block_until_ready(out)
+        if into is not None:  # copied to the host now; the chunk's device arrays are dropped
+            into.add(out, ndev if summary else k)
+        else:
+            parts.append((out, ndev if summary else k))
+        if progress is not None:
+            progress(k)
+
     with ctx:
         fns = compiled(spec, dtype, ndev) if batched else (compiled_vmapped(spec, dtype, ndev),)
         moments = compiled_moments(spec, ndev) if summary else None
-        for i in range(n_chunks):
-            out = jax.device_put(seeds[i * chunk:(i + 1) * chunk], place)
+        for i, size in enumerate(plan.sizes):
+            a, b = int(starts[i]), int(starts[i + 1])
+            k = min(size, S - a)  # this chunk's own seeds; the rest pad it
+            out = jax.device_put(seeds[a:b], place)
             if outside:
                 draw_fn, est_fn = fns
                 out = draw_fn(out)
-                medians = chunk_medians(np.asarray(out.samples), min(chunk, S - i * chunk), spec)
+                medians = chunk_medians(np.asarray(out.samples), k, spec)
                 out = est_fn(out, medians)
             else:
                 for fn in fns:
                     out = fn(out)
             if summary:
-                valid = np.arange(i * chunk, (i + 1) * chunk) < n_valid
+                valid = np.arange(a, b) < n_valid
                 out = moments(out, jax.device_put(valid, place))
             elif keep is not None:
                 out = out._replace(**{f: None for f in out._fields if f not in keep})
-            outs.append(out)
-            waiting.append((out, min(chunk, S - i * chunk)))
-            if len(waiting) > AHEAD:
-                done, k = waiting.pop(0)
-                jax.block_until_ready(done)
-                if progress is not None:
-                    progress(k)
-        on_device = ndev == 1 and jax.default_backend() != "cpu"
+            waiting.append((out, k))
+            del out
+            if len(waiting) > plan.ahead:
+                done, kd = waiting.pop(0)
+                finish(done, kd)
+        while waiting:
+            done, kd = waiting.pop(0)
+            finish(done, kd)
+        res = into.result() if into is not None else gather(parts, True)
         if summary:
-            res = gather(outs, n_chunks * ndev, ndev, on_device)
             res = Moments(*(np.asarray(a, np.float64) if a.dtype.kind == "f" else a for a in res))
-        else:
-            res = gather(outs, S, chunk, on_device)
-    if progress is not None:
-        for _, k in waiting:
-            progress(k)
     return res
