@@ -33,7 +33,7 @@ Writes ``docs/img/engine_scaling.png`` (log-log, two panels per quantity) and
 
     python benchmarks/engine_scaling.py [--Ks 10,100,1000] [--Ks-samples 10,100,1000]
         [--seeds 10,100,1000] [--ns 10,100,1000] [--ds 2,16,128] [--base-seeds 100]
-        [--base-K 1000] [--nd-K 100] [--anchor-Ks 10,100,1000] [--timeout 300] [--max-rss-mb 6000] [--no-write]
+        [--base-K 1000] [--nd-K 100] [--anchor-Ks 10,100,1000] [--timeout 300] [--max-rss-mb 6000] [--budget 4GB] [--no-write]
 """
 from __future__ import annotations
 
@@ -91,10 +91,13 @@ def _rss_mb(pid: int) -> float:
         return 0.0
 
 
-def run_child(cfg: dict, timeout: float, max_rss_mb: float) -> dict:
-    """``child(cfg)`` in a fresh process; stopped (and reported as failed) past ``timeout``
-    seconds or ``max_rss_mb`` of resident memory (the machine is shared)."""
+def run_child(cfg: dict, timeout: float, max_rss_mb: float, budget: str = "") -> dict:
+    """``child(cfg)`` in a fresh process with the engine's memory budget ``budget``
+    (``POOLSIM_MEMORY_BUDGET``; empty: the engine's default); stopped (and reported as failed)
+    past ``timeout`` seconds or ``max_rss_mb`` of resident memory (the machine is shared)."""
     env = {**os.environ, "POOLSIM_CACHE_DIR": "off", "PYTHONPATH": str(ROOT)}
+    if budget:
+        env["POOLSIM_MEMORY_BUDGET"] = budget
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(cfg)]
     t0 = time.time()
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as p:
@@ -243,12 +246,13 @@ def _save_figure(fig) -> None:
     fig.savefig(FIG, dpi=100, metadata={"Software": None})
 
 
-def table(points, anchors, floor_mb, fit_from, info, loads, elapsed, rev) -> str:
+def table(points, anchors, floor_mb, fit_from, info, loads, elapsed, rev, budget="") -> str:
     lines = [f"Machine: {info}. Commit {rev}. Load average (1 min) before / after: "
              f"{loads[0]:.2f} / {loads[1]:.2f}; the whole run took {elapsed:.0f} s. Each point is "
              f"`experiments.run(\"asymptotic\", Ks=(K,), ...)` in a fresh child process: warm = the "
              f"faster of the 2nd and 3rd identical calls, compile = first minus warm, peak = the child's ru_maxrss "
-             f"(a child that only imports poolsim.experiments: {floor_mb:.0f} MB).", "",
+             f"(a child that only imports poolsim.experiments: {floor_mb:.0f} MB). Engine memory budget in "
+             f"each child: {budget or 'the default'} (POOLSIM_MEMORY_BUDGET).", "",
              "| sweep | K | seeds | n | d | path | compile (s) | warm (s) | seeds/s warm | peak (MB) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
@@ -303,6 +307,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=300, help="seconds per child")
     ap.add_argument("--max-rss-mb", type=float, default=6000,
                     help="stop a child past this resident memory (MB) and record the point as failed")
+    ap.add_argument("--budget", default="4GB",
+                    help="the engine's memory budget in each child (POOLSIM_MEMORY_BUDGET; '' = its default)")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--replot", action="store_true",
                     help="redraw the figure and reprint the table from the last run's JSON (no measuring)")
@@ -314,7 +320,7 @@ def main(argv=None) -> int:
     if args.replot:
         r = json.loads(JSON_OUT.read_text())
         print(table(r["points"], r["anchors"], r["floor_mb"], args.fit_from, r["machine"], r["load"],
-                    r.get("elapsed", float("nan")), r["commit"]))
+                    r.get("elapsed", float("nan")), r["commit"], r.get("budget", "")))
         _save_figure(figure(r["points"], r["anchors"], r["floor_mb"], args.fit_from, r["title"]))
         return 0
     t0 = time.time()
@@ -330,7 +336,7 @@ def main(argv=None) -> int:
     floor_mb = floor.get("peak_mb", float("nan"))
     points = []
     for cfg in cfgs:
-        p = run_child(cfg, args.timeout, args.max_rss_mb)
+        p = run_child(cfg, args.timeout, args.max_rss_mb, args.budget)
         points.append(p)
         msg = p.get("error") or f"compile {p['compile_s']:.2f} s, warm {p['warm_s']:.3f} s, peak {p['peak_mb']:.0f} MB"
         print(f"{cfg['sweep']:>5} K={cfg['K']} S={cfg['seeds']} n={cfg['n']} d={cfg['d']} "
@@ -344,15 +350,17 @@ def main(argv=None) -> int:
     loads = (load0, os.getloadavg()[0])
     elapsed = time.time() - t0
     info = machine_info()
-    text = table(points, anchors, floor_mb, args.fit_from, info, loads, elapsed, commit())
+    text = table(points, anchors, floor_mb, args.fit_from, info, loads, elapsed, commit(), args.budget)
     print(text)
     if not args.no_write:
-        title = (f"poolsim engine scaling: experiments.run('asymptotic'), {S} seeds unless varied; "
+        title = (f"poolsim engine scaling: experiments.run('asymptotic'), {S} seeds unless varied, "
+                 f"memory budget {args.budget or 'default'}; "
                  f"{info.split(',')[0]}, load {loads[0]:.1f}/{loads[1]:.1f}, commit {commit()}")
         _save_figure(figure(points, anchors, floor_mb, args.fit_from, title))
         JSON_OUT.parent.mkdir(parents=True, exist_ok=True)
         JSON_OUT.write_text(json.dumps({"machine": info, "commit": commit(), "load": loads,
                                         "elapsed": elapsed, "title": title, "floor_mb": floor_mb,
+                                        "budget": args.budget,
                                         "points": points, "anchors": anchors}, indent=1))
         print(f"wrote {FIG} and {JSON_OUT}")
     return 0
