@@ -12,6 +12,9 @@ own:
   ``ru_maxrss``; it includes the interpreter with JAX loaded: ``floor_mb``, a child that imports
   ``poolsim.experiments`` and runs nothing, is reported alongside).
 
+Every child runs with the engine's memory budget ``--budget`` (default 4GB, the issue's target; set
+as ``POOLSIM_MEMORY_BUDGET``), and is stopped past ``--max-rss-mb`` resident (the machine is shared).
+
 Sweeps (one varied, the others at the base values; Ks = (K,) one K value per run):
 
 * ``K``: both paths (sufficient statistics ``materialize=False``; samples ``materialize=True``);
