@@ -184,7 +184,8 @@ def figure(points: list[dict], anchors: list[dict], floor_mb: float, fit_from, t
                 line, = ax.loglog([p[x] for p in pts], [p[ykey] for p in pts], "o-", ms=4,
                                   label=f"{name}: slope {slope:.2f} (fit on x = {', '.join(map(str, used)) or '-'})")
                 if ykey == "warm_s":
-                    ax.loglog([p[x] for p in pts], [p["compile_s"] for p in pts], "x:", ms=4,
+                    comp = [p for p in pts if p["compile_s"] > 0]  # 0: within the warm call's noise
+                    ax.loglog([p[x] for p in comp], [p["compile_s"] for p in comp], "x:", ms=4,
                               color=line.get_color(), alpha=0.6, label=f"{name}: compile (first call - warm)")
                     guides.append((pts[0][x], pts[0][ykey], pts[-1][x], line.get_color()))
             if xkey == "K" and ykey == "warm_s" and anchors:
