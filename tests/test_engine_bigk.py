@@ -109,6 +109,7 @@ def test_budget_sets_the_chunk_plan(monkeypatch):
     assert _engine.chunk_plan(100, spec).sizes == plan.sizes
 
 
+@pytest.mark.slow
 def test_seed_bytes_cover_xla_memory_analysis():
     # The estimate against XLA's own accounting of the compiled programs (arguments, outputs and
     # temporaries) per seed, from the difference between chunks of 16 and 8 seeds.
