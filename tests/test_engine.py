@@ -445,7 +445,8 @@ def test_gather_both_ways_equals_numpy_concatenation(rng, on_device):
 
     chunks = [(rng.normal(size=(4, 3)).astype(np.float32), rng.integers(0, 9, size=(4,)) > 4)
               for _ in range(3)]
-    got = _engine.gather([tuple(jnp.asarray(a) for a in c) for c in chunks], 10, 4, on_device)
+    parts = [(tuple(jnp.asarray(a) for a in c), k) for c, k in zip(chunks, (4, 4, 2))]
+    got = _engine.gather(parts, on_device)
     for j in range(2):
         want = np.concatenate([c[j] for c in chunks])[:10]
         assert got[j].dtype == want.dtype

@@ -32,10 +32,19 @@ def test_new_seed_count_does_not_recompile():
     assert [f._cache_size() for f in _engine.compiled(spec, "float32")] == [2, 2]
 
 
-def test_chunk_size_is_one_of_two_shapes():
-    assert {_engine.chunk_size(S, 1024) for S in (65, 1000, 1025, 10**5)} == {1024}
-    assert {_engine.chunk_size(S, 1024) for S in (1, 2, 64)} == {_engine.SMALL_CHUNK}
-    assert _engine.chunk_size(5, 4) == 4 and _engine.chunk_size(100, 1024, ndev=3) == 1026
+def test_chunk_sizes_come_from_a_short_ladder():
+    # Full chunks of `chunk`, then the smallest power of two (>= SMALL_CHUNK) holding the rest:
+    # at most log2(1024 / 64) + 1 = 5 shapes for any seed count; 100 seeds run as 128, not 1024.
+    spec, _ = experiments.spec("domain_addition", **SMALL)
+
+    def sizes(S, chunk=1024, ndev=1):
+        return _engine.chunk_plan(S, spec, chunk=chunk, ndev=ndev, budget="64GB").sizes
+
+    assert sizes(100) == (128,) and sizes(1000) == (1024,) and sizes(5) == (_engine.SMALL_CHUNK,)
+    assert sizes(1025) == (1024, 64) and sizes(3000) == (1024, 1024, 1024)
+    assert sizes(5, chunk=4) == (4, 4) and sizes(100, ndev=3) == (129,)
+    shapes = {c for S in range(1, 5000, 7) for c in sizes(S)}
+    assert shapes == {64, 128, 256, 512, 1024}
 
 
 @pytest.mark.parametrize("d", [2, 3, 9])
