@@ -129,7 +129,7 @@ def _profile(chunk: int) -> list[str]:
     from poolsim import experiments as ex
 
     spec, _ = ex.spec("domain_addition", materialize=False, chunk=chunk)
-    draw_fn, est_fn = _engine._compiled(spec, "float32")
+    draw_fn, est_fn = _engine.compiled(spec, "float32")
     keys = jnp.arange(chunk, dtype=jnp.uint32)  # the draws program takes the seeds
 
     def best(f):  # after one call that compiles / warms up

@@ -144,7 +144,7 @@ def profile(S: int = 2048) -> str:
     out = []
     for mat in (True, False):
         spec, P = ex.spec("domain_addition", materialize=mat)
-        draw_fn, est_fn = _engine._compiled(spec, P["dtype"])
+        draw_fn, est_fn = _engine.compiled(spec, P["dtype"])
         draws = draw_fn(seeds)
         if mat:  # the sample medians run on the host between the programs
             smp = np.asarray(draws.samples).reshape(S, -1, spec.d)
@@ -242,8 +242,8 @@ def split(S: int, name: str = "domain_addition", materialize: bool = False,
     chunk = _engine.chunk_size(S, P["chunk"])
     n_chunks = -(-S // chunk)
     seeds = np.arange(n_chunks * chunk, dtype=np.uint32)
-    draw_fn, est_fn = _engine._compiled(spec, P["dtype"])
-    moments = _engine._compiled_moments(spec)
+    draw_fn, est_fn = _engine.compiled(spec, P["dtype"])
+    moments = _engine.compiled_moments(spec)
     outside = _engine.host_medians_outside(spec)
 
     def programs():
@@ -256,8 +256,8 @@ def split(S: int, name: str = "domain_addition", materialize: bool = False,
                 outs.append(est_fn(d, med))
             else:
                 outs.append(est_fn(d))
-            if len(outs) > _engine._AHEAD:
-                jax.block_until_ready(outs[-1 - _engine._AHEAD])
+            if len(outs) > _engine.AHEAD:
+                jax.block_until_ready(outs[-1 - _engine.AHEAD])
         return jax.block_until_ready(outs)
 
     def best(f):
@@ -269,8 +269,8 @@ def split(S: int, name: str = "domain_addition", materialize: bool = False,
     valid = jax.device_put(np.ones(chunk, bool))
     out["reduction"] = best(lambda: jax.block_until_ready([moments(o, valid) for o in outs]))
     fields = [o._replace(**{f: None for f in o._fields if f not in ex.FRAME_FIELDS}) for o in outs]
-    out["transfer"] = best(lambda: _engine._gather(fields, S, chunk, False))
-    res = _engine._gather(fields, S, chunk, False)
+    out["transfer"] = best(lambda: _engine.gather(fields, S, chunk, False))
+    res = _engine.gather(fields, S, chunk, False)
     P["seeds"] = np.arange(S)
     out["frame"] = best(lambda: ex.frame(name, res, P))
     outs.clear()  # free the chunks' results before the user calls
@@ -342,7 +342,7 @@ t3 = time.perf_counter()
 if _programs is None:
     print(f"{t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f} - - -")
 else:
-    progs = _engine._compiled(experiments.spec(sys.argv[1])[0], "float32")
+    progs = _engine.compiled(experiments.spec(sys.argv[1])[0], "float32")
     print(f"{t1 - t0:.3f} {t2 - t1:.3f} {t3 - t2:.3f} {got[0]:.3f} "
           f"{sum(p.loaded for p in progs)} {sum(p.compiled for p in progs)}")
 """

@@ -14,8 +14,16 @@ Common parameters (all experiments):
   points each, with replacement (ours: the paper gives neither m nor n; n_sub << n as Def. 2 asks);
 * ``materialize=True`` draws every sample (paper-faithful sample-median init); ``False`` uses exact
   sufficient statistics and the median of domain means (fast, cost flat in n; see ``_engine``);
-* ``dtype="float32"`` or ``"float64"``; ``chunk`` seeds per device call; ``metadist`` overrides the
-  experiment's meta-distribution (any :class:`poolsim.metadist.MetaDist` of dimension d).
+* ``dtype="float32"`` or ``"float64"``; ``chunk`` seeds per device call at most; ``metadist``
+  overrides the experiment's meta-distribution (any :class:`poolsim.metadist.MetaDist` of
+  dimension d).
+
+Memory (``run``, ``simulate``, ``summarize``): ``memory_budget=`` bytes (or ``"4GB"``,
+``"512MiB"``; default the environment variable ``POOLSIM_MEMORY_BUDGET``, else half of the free
+host memory, or 3/4 of the device's free memory on an accelerator) bounds the engine's working
+memory: chunks hold as many seeds as fit (docs/engine.md). A size of which one seed cannot fit
+raises ``MemoryBudgetError`` (a :class:`ValueError`) before any work, naming the
+parameters, the bytes one seed needs and the budget.
 
 Multi-process (``jax.distributed``): every process calls :func:`init_distributed` (or
 ``jax.distributed.initialize``) first, then ``run(..., distributed=True)`` with the same arguments;
@@ -215,18 +223,20 @@ def init_distributed(coordinator_address: str | None = None, num_processes: int 
 
 def simulate(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = None,
              shard: bool = True, distributed: bool = False, summary: bool = False,
-             fields: tuple | None = None, **params) -> tuple[Any, dict]:
+             fields: tuple | None = None, memory_budget: Any = None,
+             **params) -> tuple[Any, dict]:
     """Raw per-seed arrays (:class:`poolsim._engine.SeedResult`, leading axis S), or with
     ``summary=True`` their on-device reduction (:class:`poolsim._engine.Summary`), and the
     resolved parameters. ``fields``: the SeedResult fields to bring to the host (default all;
-    the others are ``None``). ``distributed=True``: see the module docstring (multi-process)."""
+    the others are ``None``). ``distributed=True``: see the module docstring (multi-process).
+    ``memory_budget``: bytes or a string such as ``"4GB"`` (module docstring, Memory)."""
     s, P = spec(name, **params)
     seed_arr = _seeds(seeds)
     if not isinstance(distributed, bool):
         raise ValueError(f"distributed must be True or False, got {distributed!r}")
     res = _engine.simulate(s, seed_arr, dtype=P["dtype"], chunk=P["chunk"], shard=shard,
                            progress=progress, distributed=distributed, summary=summary,
-                           fields=fields)
+                           fields=fields, memory_budget=memory_budget)
     P["seeds"] = seed_arr
     return res, P
 
@@ -323,7 +333,7 @@ def frame(name: str, res: _engine.SeedResult, P: dict) -> pd.DataFrame:
 
 
 def run(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = None,
-        distributed: bool = False, **params) -> pd.DataFrame:
+        distributed: bool = False, memory_budget: Any = None, **params) -> pd.DataFrame:
     """Run a registered experiment for ``seeds`` (a count S -> seeds 0..S-1, or a list of seeds).
 
     Returns the per-seed frame (:func:`frame`): ``S * len(Ks) * 3`` rows, one per (seed, K,
@@ -336,26 +346,30 @@ def run(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = 
     each experiment's set-up.
     ``distributed=True`` runs the seeds across the processes of a ``jax.distributed`` job (module
     docstring; raises RuntimeError if ``jax.distributed`` was not initialised).
+    ``memory_budget``: bytes or a string such as ``"4GB"`` bounding the engine's working memory
+    (module docstring, Memory); the frame itself comes on top.
     """
     res, P = simulate(name, seeds=seeds, progress=progress, distributed=distributed,
-                      fields=FRAME_FIELDS, **params)
+                      fields=FRAME_FIELDS, memory_budget=memory_budget, **params)
     return frame(name, res, P)
 
 
 def summarize(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = None,
-              distributed: bool = False, **params) -> pd.DataFrame:
+              distributed: bool = False, memory_budget: Any = None, **params) -> pd.DataFrame:
     """:func:`run`'s numbers reduced on the device, for seed counts whose per-seed frame would not
     fit in host memory: one row per (K, quantity) with ``n_seeds``, ``mean``, ``var`` (ddof 1),
     ``ci_low``, ``ci_high``. Quantities: eps of each strategy (interval as :func:`ci95`), and the
     paired per-seed differences ``"pool - match"``, ``"subsample - match"``, ``"subsample - pool"``
     (estimate and interval as :func:`poolsim.decide_claim` on the two eps columns: NaN interval
     under ``MIN_SEEDS`` seeds). Equal to the same statistics of :func:`run`'s frame up to float
-    rounding (eps is formed in float64 when JAX's x64 mode is on, else in float32)."""
+    rounding (eps is formed in float64 when JAX's x64 mode is on, else in float32).
+    ``memory_budget``: as for :func:`run`."""
     from scipy import stats
 
     from . import _verdict
 
-    summ, P = simulate(name, seeds=seeds, progress=progress, distributed=distributed, summary=True, **params)
+    summ, P = simulate(name, seeds=seeds, progress=progress, distributed=distributed, summary=True,
+                       memory_budget=memory_budget, **params)
     n = summ.n_seeds
     half = (stats.t.ppf(0.5 + _verdict.LEVEL / 2, n - 1) * np.sqrt(summ.var / n) if n > 1
             else np.zeros_like(summ.mean))

@@ -250,6 +250,75 @@ def _limit_1d(md, law, sample_law, *, tau, init, within, tol, max_iter):
                       "exact" if exact else "integration")
 
 
+def _axis(md: MetaDist) -> np.ndarray | None:
+    """The law's direction ``v (d,)`` when it is a signed standard basis vector, else None."""
+    v = md.params.get("direction")
+    v = np.eye(md.d)[0] if v is None else np.asarray(v, float)
+    j = int(np.argmax(np.abs(v)))
+    return v if abs(abs(v[j]) - 1.0) < 1e-12 and np.count_nonzero(v) == 1 else None
+
+
+def _gated_moments_axial(law, s_perp: float, d: int, y: float, tau: float):
+    """``(P(gate), E[u 1], E[u^2 1], E[w_1^2 1])`` for ``xbar - mu_* = u v + w``, ``u ~ law``,
+    ``w ~ N(0, s_perp^2 I_{d-1})`` independent, gate ``(u - y)^2 + ||w||^2 < tau^2``.
+
+    Given u the gate is ``||w||^2 / s_perp^2 < h^2 / s_perp^2``, ``h^2 = tau^2 - (u - y)^2``, a
+    chi^2_{d-1} event, and ``E[w_1^2 1{.}] = s_perp^2 F_{d+1}(h^2 / s_perp^2)`` (F_k: the chi^2_k
+    cdf), so each moment is a 1-D integral over ``u in (y - tau, y + tau)``; with
+    ``u = y + tau sin(theta)`` (``h = tau cos(theta)``) the integrands are smooth at the ends
+    (``scipy.integrate.quad``).
+    """
+    from scipy import integrate, special
+
+    def pdf_of(dist, normal):
+        if not normal:
+            return dist.pdf
+        loc, sd = float(dist.mean()), float(dist.std())
+        return lambda u: math.exp(-0.5 * ((u - loc) / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
+
+    out = np.zeros(4)
+    for w, dist, normal in law:
+        pdf = pdf_of(dist, normal)
+
+        def f(theta, i):
+            u, h = y + tau * math.sin(theta), tau * math.cos(theta)
+            a = h * h / (2.0 * s_perp ** 2)
+            g = special.gammainc((d + 1) / 2.0, a) * s_perp ** 2 if i == 3 else special.gammainc((d - 1) / 2.0, a)
+            return pdf(u) * (1.0, u, u * u, 1.0)[i] * g * h  # du = tau cos(theta) dtheta = h dtheta
+
+        for i in range(4):
+            out[i] += w * integrate.quad(f, -math.pi / 2, math.pi / 2, args=(i,), epsabs=1e-14,
+                                         epsrel=1e-12, limit=200)[0]
+    return tuple(float(x) for x in out)
+
+
+def _limit_axial(md, v, law, sample_law, s_perp, *, tau, init, within, tol, max_iter):
+    """The fixed point for a law symmetric about the line ``mu_* + t v`` (``v`` a signed basis
+    vector) in d >= 2: the centroid stays on that line (the gated mean of ``w`` is 0 by symmetry),
+    so the iteration is 1-D in ``y`` with :func:`_gated_moments_axial`'s moments."""
+    d, mu0 = md.d, md.mu_star
+    if isinstance(init, str):
+        # coordinate-wise median of the per-sample law: median_1d along v (sign-flipped with v),
+        # mu_* in the other (centred normal) coordinates
+        y = _median_1d(sample_law) if init == "median" else float(v @ (_moments(md, "init='mean'")[0] - mu0))
+    else:
+        y = float(v @ (init - mu0))
+    converged, t = False, 0
+    for t in range(1, max_iter + 1):
+        mass, m1, _, _ = _gated_moments_axial(law, s_perp, d, y, tau)
+        if mass <= 0:
+            _empty(tau, mu0 + y * v)
+        y_next = m1 / mass
+        moved, y = abs(y_next - y), y_next
+        if moved < tol:
+            converged = True
+            break
+    mass, m1, m2, w2 = _gated_moments_axial(law, s_perp, d, y, tau)
+    var_v = max(m2 / mass - (m1 / mass) ** 2, 0.0)
+    cov = (w2 / mass) * (np.eye(d) - np.outer(v, v)) + var_v * np.outer(v, v) + within * np.eye(d)
+    return MatchLimit(mu0 + y * v, cov, mass, t, converged, "integration")
+
+
 def _gate_draws(md: MetaDist, key: Any, n: int, extra_var: float, sample_sigma: float):
     """Fixed-key draws: ``xbar (n, d)`` for the gate and per-sample points ``(n, d)`` for a median."""
     import jax
@@ -289,6 +358,9 @@ def match_limit(metadist: MetaDist, *, sigma: float, tau: float, metric: str = "
     truncated-normal moments (``scipy.stats.truncnorm``) or 1-D numerical integration (skewed);
     symmetric_gaussian in any d, L2, init at mu_* -> exact (c* = mu_*, per-coordinate variance
     ``s^2 F_{d+2}(tau^2/s^2) / F_d(tau^2/s^2)``, F_k the chi^2_k cdf, s^2 = gamma^2 + sigma^2/N);
+    contaminated / skewed in d >= 2 with L2, a direction along a coordinate
+    axis and ``init`` on the line ``mu_* + t v`` -> 1-D numerical integration (the centroid stays
+    on that line by symmetry; the gate, given the coordinate along v, is a chi^2_{d-1} event);
     otherwise iterating :func:`poolsim._core.match_step` on ``n_quad`` fixed-key draws (error
     O(n_quad^-1/2)).
     """
@@ -328,6 +400,16 @@ def match_limit(metadist: MetaDist, *, sigma: float, tau: float, metric: str = "
                 _empty(tau, md.mu_star)
             var = s2 * float(scipy.stats.chi2.cdf(a, d + 2)) / mass
             return MatchLimit(md.mu_star.copy(), (var + within) * np.eye(d), mass, 1, True, "exact")
+
+    v = _axis(md) if metric == "l2" and d > 1 and md.name in ("contaminated", "skewed") else None
+    on_line = v is not None and (isinstance(init, str) or np.allclose(
+        init - md.mu_star, v * float(v @ (init - md.mu_star)), rtol=0, atol=1e-12))
+    if on_line:
+        law, sample_law = _law_1d(md, extra), _law_1d(md, sigma ** 2)
+        s_perp = math.sqrt(md.params["gamma"] ** 2 + extra)
+        if law is not None and sample_law is not None and s_perp > 0:
+            return _limit_axial(md, v, law, sample_law, s_perp, tau=tau, init=init, within=within,
+                                tol=tol, max_iter=max_iter)
 
     xbar, samples = _gate_draws(md, key, n_quad, extra, sigma)
     if isinstance(init, str):

@@ -40,7 +40,7 @@ def test_traced_once_per_experiment():
     _engine.simulate(spec, np.arange(11), chunk=4)  # 3 chunks (last one padded), 3 K values
     _engine.simulate(spec, np.arange(20, 25), chunk=4)  # a second call reuses the compiled code
     assert len(calls) == 1
-    assert [f._cache_size() for f in _engine._compiled(spec, "float32")] == [1, 1]  # 2 programs
+    assert [f._cache_size() for f in _engine.compiled(spec, "float32")] == [1, 1]  # 2 programs
 
 
 def test_same_seeds_identical_frames_and_seed_independence():
@@ -358,7 +358,7 @@ def test_staged_batched_match_equals_per_seed_loop(rng, case):
         spec, stages = spec._replace(tau=1e6), ((3, 2), (1, 4))
     elif case == "fallback":  # tol 0: no seed converges, they run to max_iter in the fallback
         spec = spec._replace(tol=0.0, max_iter=6)
-    c, inc, t, conv = jax.jit(lambda a, b, c: _engine._batched_match(a, b, c, spec, stages))(
+    c, inc, t, conv = jax.jit(lambda a, b, c: _engine.batched_match(a, b, c, spec, stages))(
         x, mass, c0)
     oracle = jax.jit(jax.vmap(lambda p, c: _core.iterate_match(
         p, jnp.asarray(mass), c, spec.tau, spec.metric, tol=spec.tol, max_iter=spec.max_iter)))
@@ -445,7 +445,8 @@ def test_gather_both_ways_equals_numpy_concatenation(rng, on_device):
 
     chunks = [(rng.normal(size=(4, 3)).astype(np.float32), rng.integers(0, 9, size=(4,)) > 4)
               for _ in range(3)]
-    got = _engine._gather([tuple(jnp.asarray(a) for a in c) for c in chunks], 10, 4, on_device)
+    parts = [(tuple(jnp.asarray(a) for a in c), k) for c, k in zip(chunks, (4, 4, 2))]
+    got = _engine.gather(parts, on_device)
     for j in range(2):
         want = np.concatenate([c[j] for c in chunks])[:10]
         assert got[j].dtype == want.dtype

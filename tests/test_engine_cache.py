@@ -27,15 +27,24 @@ def test_new_seed_count_does_not_recompile():
     spec = spec._replace(tol=1.5e-4)  # a Spec no other test compiled: counts start at 0
     _engine.simulate(spec, np.arange(100), chunk=128)
     _engine.simulate(spec, np.arange(7, 207), chunk=128)  # 2 chunks, the last one padded
-    assert [f._cache_size() for f in _engine._compiled(spec, "float32")] == [1, 1]
+    assert [f._cache_size() for f in _engine.compiled(spec, "float32")] == [1, 1]
     _engine.simulate(spec, np.arange(5), chunk=128)  # small runs: the one other shape
-    assert [f._cache_size() for f in _engine._compiled(spec, "float32")] == [2, 2]
+    assert [f._cache_size() for f in _engine.compiled(spec, "float32")] == [2, 2]
 
 
-def test_chunk_size_is_one_of_two_shapes():
-    assert {_engine.chunk_size(S, 1024) for S in (65, 1000, 1025, 10**5)} == {1024}
-    assert {_engine.chunk_size(S, 1024) for S in (1, 2, 64)} == {_engine.SMALL_CHUNK}
-    assert _engine.chunk_size(5, 4) == 4 and _engine.chunk_size(100, 1024, ndev=3) == 1026
+def test_chunk_sizes_come_from_a_short_ladder():
+    # Full chunks of `chunk`, then the smallest power of two (>= SMALL_CHUNK) holding the rest:
+    # at most log2(1024 / 64) + 1 = 5 shapes for any seed count; 100 seeds run as 128, not 1024.
+    spec, _ = experiments.spec("domain_addition", **SMALL)
+
+    def sizes(S, chunk=1024, ndev=1):
+        return _engine.chunk_plan(S, spec, chunk=chunk, ndev=ndev, budget="64GB").sizes
+
+    assert sizes(100) == (128,) and sizes(1000) == (1024,) and sizes(5) == (_engine.SMALL_CHUNK,)
+    assert sizes(1025) == (1024, 64) and sizes(3000) == (1024, 1024, 1024)
+    assert sizes(5, chunk=4) == (4, 4) and sizes(100, ndev=3) == (129,)
+    shapes = {c for S in range(1, 5000, 7) for c in sizes(S)}
+    assert shapes == {64, 128, 256, 512, 1024}
 
 
 @pytest.mark.parametrize("d", [2, 3, 9])
@@ -98,7 +107,8 @@ _CHILD = textwrap.dedent("""
             return f(*a, **k)
         return functools.wraps(f)(wrapper)
 
-    _engine._draw_batch, _engine._batch = counting(_engine._draw_batch), counting(_engine._batch)
+    from poolsim._engine import compiled as programs  # where the programs are built
+    programs.draw_batch, programs.estimate_batch = counting(_engine.draw_batch), counting(_engine.estimate_batch)
     kw = dict(seeds=int(sys.argv[1]), chunk=128, Ks=(5, 9, 12), n=40,
               dtype=os.environ.get("DTYPE", "float32"))
     with warnings.catch_warnings(record=True) as seen:
@@ -168,14 +178,14 @@ def test_second_process_is_served_from_the_store(first_process):
     assert first["dir"] == str(cache / "jax") and first["warnings"] == []
     # 2 paths x (draws, estimates) stored, each traced once; the user meta-distribution's pair
     # traced too (not stored) and compiled into JAX's cache instead
-    assert first["traces"] == {"_draw_batch": 3, "_batch": 3}, first
+    assert first["traces"] == {"draw_batch": 3, "estimate_batch": 3}, first
     files = _stored(cache)
     assert [f.split("-")[0] for f in files] == ["draws"] * 2 + ["estimates"] * 2, files
     assert len(_jax_entries(cache)) == 2, _jax_entries(cache)
     second = _child(cache, seeds=300)  # another seed count above SMALL_CHUNK: the same programs
     # the stored programs are not traced again; the user meta-distribution's pair is traced and
     # served by JAX's cache (its sampler is a new object: nothing says it traces alike)
-    assert second["traces"] == {"_draw_batch": 1, "_batch": 1}, second
+    assert second["traces"] == {"draw_batch": 1, "estimate_batch": 1}, second
     assert second["hits"] >= 2 and second["warnings"] == []
     assert _stored(cache) == files and len(_jax_entries(cache)) == 2
 
@@ -191,13 +201,13 @@ def test_key_changes_give_a_recompile(first_process, change, tmp_path):
         root = str(tmp_path / "src")
         shutil.copytree(os.path.join(ROOT, "poolsim"), os.path.join(root, "poolsim"),
                         ignore=shutil.ignore_patterns("__pycache__"))
-        with open(os.path.join(root, "poolsim", "_engine.py"), "a") as fh:
+        with open(os.path.join(root, "poolsim", "_engine", "__init__.py"), "a") as fh:
             fh.write("# edited\n")
     env = {"dtype": {"DTYPE": "float64"}, "x64": {"JAX_ENABLE_X64": "1"},
            "xla_flags": {"XLA_FLAGS": XLA_FLAGS.replace("level=0", "level=1")},
            "machine": {"FAKE_ENV": "device_kind=another accelerator"}}.get(change, {})
     got = _child(cache, seeds=20 if change == "shape" else 100, root=root, SOLO="1", **env)
-    assert got["traces"] == {"_draw_batch": 1, "_batch": 1}, (change, got)
+    assert got["traces"] == {"draw_batch": 1, "estimate_batch": 1}, (change, got)
     new = set(_stored(cache)) - before
     assert sorted(f.split("-")[0] for f in new) == ["draws", "estimates"], (change, sorted(new))
 
@@ -247,7 +257,7 @@ def test_damaged_entry_warns_once_and_is_compiled_again(first_process):
     assert len(got["warnings"]) == 1 and "cannot be used" in got["warnings"][0], got
     assert got["warnings"][0].startswith("CacheWarning") and "checksum" in got["warnings"][0]
     # both damaged programs compiled again (the user meta-distribution's pair as always)
-    assert got["traces"] == {"_draw_batch": 3, "_batch": 1}, got
+    assert got["traces"] == {"draw_batch": 3, "estimate_batch": 1}, got
     from poolsim import _programs
 
     for name in draws:  # replaced by sound entries
@@ -333,5 +343,5 @@ def test_chunk_medians_of_own_rows_equal_the_whole_chunk(rng):
     samples = rng.normal(size=(6, spec.K_max, spec.n, spec.d)).astype(np.float32)
     samples[4:] = samples[3]  # 4 own seeds, 2 padding rows
     want = _engine.host_prefix_medians(samples.reshape(6, -1, spec.d), spec.n, spec.Ks)
-    np.testing.assert_array_equal(_engine._chunk_medians(samples, 4, spec), want)
-    np.testing.assert_array_equal(_engine._chunk_medians(samples, 6, spec), want)
+    np.testing.assert_array_equal(_engine.chunk_medians(samples, 4, spec), want)
+    np.testing.assert_array_equal(_engine.chunk_medians(samples, 6, spec), want)

@@ -52,8 +52,8 @@ def test_engine_results_equal_those_from_every_draw(name, params):
     spec, P = experiments.spec(name, **params)
     got = _engine.simulate(spec, np.arange(300))
     seeds = jnp.asarray(np.r_[np.arange(300), np.full(724, 299)], jnp.uint32)
-    draws = jax.jit(functools.partial(_engine._draw_batch, spec, jnp.float32, prefix=False))(seeds)
-    est = jax.jit(functools.partial(_engine._batch, spec, jnp.float32))
+    draws = jax.jit(functools.partial(_engine.draw_batch, spec, jnp.float32, prefix=False))(seeds)
+    est = jax.jit(functools.partial(_engine.estimate_batch, spec, jnp.float32))
     if _engine.host_medians_outside(spec):
         smp = np.asarray(draws.samples).reshape(len(seeds), -1, spec.d)
         want = est(draws, _engine.host_prefix_medians(smp, spec.n, spec.Ks))

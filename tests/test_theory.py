@@ -74,6 +74,57 @@ def test_match_limit_skewed_integration_matches_a_grid_fixed_point():
     assert abs(integ.cov[0, 0] - (var + 0.64 * 19 / 20)) < 1e-4
 
 
+def test_match_limit_contaminated_2d_is_a_fixed_point_of_a_2d_integral():
+    # The asymptotic experiment's set-up (contaminated p=0.3, alpha=1.5, gamma=0.5; sigma=0.8,
+    # n=150, tau=1.2). Independent route: the gated mean E[xbar 1{||xbar - c*|| < tau}] / P(gate)
+    # of the 2-D mixture density, integrated in polar coordinates around c* (scipy dblquad), must
+    # give back c* (the fixed point), and the gate mass and covariance must agree.
+    md = metadist.contaminated(0.3, 1.5, d=2, gamma=0.5)
+    lim = theory.match_limit(md, sigma=0.8, tau=1.2, N=150)
+    assert lim.method == "integration" and lim.converged and lim.centroid[1] == 0.0
+    s = math.sqrt(0.25 + 0.64 / 150)
+    c = lim.centroid
+
+    def phi(z):  # N(0, s^2) density
+        return math.exp(-0.5 * (z / s) ** 2) / (s * math.sqrt(2 * math.pi))
+
+    def moment(g):
+        def f(r, t):
+            x, y = c[0] + r * math.cos(t), c[1] + r * math.sin(t)
+            return r * (0.7 * phi(x) + 0.3 * phi(x - 1.5)) * phi(y) * g(x, y)
+        return integrate.dblquad(f, 0, 2 * math.pi, 0, 1.2, epsabs=1e-12, epsrel=1e-10)[0]
+
+    mass = moment(lambda x, y: 1.0)
+    mx, my = moment(lambda x, y: x) / mass, moment(lambda x, y: y) / mass
+    assert math.isclose(mass, lim.mass, rel_tol=1e-7)
+    assert abs(mx - c[0]) < 1e-7 and abs(my) < 1e-9
+    vx = moment(lambda x, y: (x - mx) ** 2) / mass + 0.64 * (1 - 1 / 150)
+    vy = moment(lambda x, y: y * y) / mass + 0.64 * (1 - 1 / 150)
+    np.testing.assert_allclose(np.diag(lim.cov), [vx, vy], rtol=1e-6)
+
+
+def test_match_limit_contaminated_3d_gate_agrees_with_monte_carlo():
+    # Fresh draws of the domain sample means xbar = gamma z + B alpha e1 + (sigma / sqrt(N)) e in
+    # d = 3 (the chi^2_2 gate of the integration): at c* the gated share and the gated mean must
+    # agree with the theory within 4 standard errors (binomial SE of the share; SE of the gated
+    # mean from the gated sample's spread). 1e6 draws, seed fixed.
+    md = metadist.contaminated(0.3, 1.5, d=3, gamma=0.5)
+    lim = theory.match_limit(md, sigma=0.8, tau=1.2, N=150)
+    assert lim.method == "integration" and lim.converged
+    rng = np.random.default_rng(42)
+    M = 1_000_000
+    x = 0.5 * rng.standard_normal((M, 3)) + 0.8 / math.sqrt(150) * rng.standard_normal((M, 3))
+    x[:, 0] += 1.5 * (rng.random(M) < 0.3)
+    inside = np.sum((x - lim.centroid) ** 2, axis=1) < 1.2 ** 2
+    share = inside.mean()
+    assert abs(share - lim.mass) < 4 * math.sqrt(lim.mass * (1 - lim.mass) / M)
+    g = x[inside]
+    se = g.std(axis=0, ddof=1) / math.sqrt(len(g))
+    assert np.all(np.abs(g.mean(axis=0) - lim.centroid) < 4 * se)
+    cov_se = np.sqrt(2 / len(g)) * g.var(axis=0)  # SE of a normal-ish sample variance
+    assert np.all(np.abs(g.var(axis=0) + 0.64 * (1 - 1 / 150) - np.diag(lim.cov)) < 4 * cov_se)
+
+
 def test_cap_constants_bound_the_ratio_on_a_grid():
     t = np.linspace(0.3, 2.5, 2001)  # angles in [theta_min, theta]
     chord = 2 * np.sin(t / 2)

@@ -1,5 +1,5 @@
 """Command line: ``python -m poolsim.figures [--out DIR] [--seeds S | --paper-seeds]
-[--only NAME ... | --all] [--quick] [--check] [--format png,pdf]``.
+[--only NAME ... | --all] [--quick] [--check] [--max-K N] [--format png,pdf]``.
 
 The default run makes the figures of ``FIGURES``; the optional ones (``OPTIONAL``: the ``phase``
 decision map, ~2 min of Monte Carlo) only with ``--only NAME`` or ``--all``.
@@ -19,6 +19,9 @@ another CPU; :mod:`poolsim.figures._compare`) is drawn and summarised from the n
 files are kept, so ``git status`` stays clean after the default run on any x86-64 CPU; a real change
 rewrites the files it changes. ``--check`` reruns into a scratch folder and compares with DIR instead
 (one table per figure, exit status 1 naming the figure and claim of every difference).
+
+``--max-K N`` (figure ``asymptotic``; figures whose ``compute`` takes ``max_K``) runs K beyond the
+paper's 50 up to N, with Thm 1's K -> infinity limits overlaid (docs/tutorials/reproduce-a-figure.md).
 
 Seeds: ``--seeds`` (default :data:`DEFAULT_SEEDS`) per experiment; the costly figures cap it
 (``baselines``, ``flow_bridge``, ``multimodal``: their ``MAX_SEEDS``). ``--paper-seeds`` runs the
@@ -94,6 +97,10 @@ def _parser(names) -> argparse.ArgumentParser:
                         "figures/ by default), which stay untouched: one table per figure (largest "
                         "difference in interval half-widths, verdicts); exit 1 naming the figure and "
                         "claim when a verdict differs or a number is out of tolerance")
+    p.add_argument("--max-K", type=int, default=None, metavar="N", dest="max_K",
+                   help="asymptotic: also K = 100, 200, 500, ... up to N (and N itself), on exact "
+                        "sufficient statistics, with Thm 1's K -> infinity limits overlaid (default: "
+                        "the paper's K <= 50, samples drawn; --max-K 10000: up to minutes)")
     p.add_argument("--format", default="png,pdf",
                    help=f"comma-separated image formats among {', '.join(FORMATS)} (default: png,pdf)")
     g = _cluster.add_arguments(p, unit="seed block")
@@ -107,6 +114,11 @@ def _parser(names) -> argparse.ArgumentParser:
 def _takes_jobs(mod) -> bool:
     """Whether the figure module ``mod``'s ``compute`` accepts ``resources`` (runs its seeds as scheduler jobs)."""
     return "resources" in inspect.signature(mod.compute).parameters
+
+
+def _takes(mod, option: str) -> bool:
+    """Whether the figure module ``mod``'s ``compute`` accepts the keyword ``option``."""
+    return option in inspect.signature(mod.compute).parameters
 
 
 def _optional(names) -> list:
@@ -137,7 +149,8 @@ def _configure_xla() -> None:
 
 
 def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper: bool,
-          keep: bool | None = None, resources=None, jobs_dir: Path | None = None) -> "Written":
+          keep: bool | None = None, resources=None, jobs_dir: Path | None = None,
+          max_K: int | None = None) -> "Written":
     """``keep`` (default: ``only``): keep the other figures' verdict rows and sections already in
     ``out`` (the default run keeps the optional figures' ones). ``resources``
     (:class:`poolsim.cluster.Resources`): the figures that take it run their seeds as scheduler jobs,
@@ -172,6 +185,8 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
                 bar.update(n)
 
             jobs = {"resources": resources, "jobs_dir": jobs_dir} if resources is not None and _takes_jobs(mod) else {}
+            if max_K is not None and _takes(mod, "max_K"):
+                jobs["max_K"] = max_K
             return mod.compute(seeds=seeds, quick=quick, progress=progress, **jobs)
 
     # Figures that share no engine simulation (no SIMULATIONS: flow fits, the multimodal loop) are
@@ -213,7 +228,7 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
             table, sections = _merge(out, names, table, sections)
         table = _claims.annotate(_data.with_holm(table), _claims.read_sweep(tmp, out))
         table.to_csv(tmp / "verdicts.csv", index=False)
-        (tmp / "summary.md").write_text(_summary(names, seeds, S, quick, paper, sections, table))
+        (tmp / "summary.md").write_text(_summary(names, seeds, S, quick, paper, sections, table, max_K))
         for f in sorted(tmp.iterdir()):
             if _same_bytes(f, out / f.name) or (f.suffix == ".csv" and _equivalent(f, out / f.name)):
                 continue  # a rerun that changes nothing (beyond float noise) rewrites nothing
@@ -318,7 +333,8 @@ def _metadata(fmt: str) -> dict:
             "svg": {"Date": None, "Creator": None}}[fmt]
 
 
-def _summary(names, seeds: int, S: int, quick: bool, paper: bool, sections: dict, table) -> str:
+def _summary(names, seeds: int, S: int, quick: bool, paper: bool, sections: dict, table,
+             max_K: int | None = None) -> str:
     """summary.md: a header, the multiplicity table and one section per figure (``sections``: this run's
     ``names`` and any kept from earlier runs). The header names the settings that make the numbers and
     not the command line or a date, so that rerunning the same settings writes the same bytes."""
@@ -327,7 +343,8 @@ def _summary(names, seeds: int, S: int, quick: bool, paper: bool, sections: dict
     from .. import _verdict
 
     flags = (" --quick" if quick else "") + (" --paper-seeds" if paper else
-                                             "" if seeds == DEFAULT_SEEDS else f" --seeds {seeds}")
+                                             "" if seeds == DEFAULT_SEEDS else f" --seeds {seeds}") \
+        + ("" if max_K is None else f" --max-K {max_K}")
     kept = [n for n in sections if n not in names]
     made = (f"Run settings: `python -m poolsim.figures{flags}` (JAX {jax.__version__})"
             + (f"; the sections of {', '.join(kept)} were kept from an earlier run (each states its "
@@ -404,9 +421,19 @@ def main(argv=None) -> int:
             raise ValueError(f"--executor {res.executor}: none of the figures made ({', '.join(names)}) runs "
                              f"seed blocks as jobs; those that do: "
                              f"{', '.join(n for n in names_all if _takes_jobs(load(n)))}")
+        if args.max_K is not None and not any(_takes(load(n), "max_K") for n in names):
+            raise ValueError(f"--max-K: none of the figures made ({', '.join(names)}) takes it; those that do: "
+                             f"{', '.join(n for n in names_all if _takes(load(n), 'max_K'))}")
+        if args.max_K is not None:
+            from .asymptotic import ks_for
+
+            try:  # a bad value fails here, before any work, naming the allowed range
+                ks_for(args.max_K)
+            except ValueError as exc:
+                raise ValueError(f"--max-K: {exc}") from None
         seeds = PAPER_SEEDS if args.paper_seeds else args.seeds
         settings = dict(seeds=seeds, quick=args.quick, paper=seeds == PAPER_SEEDS and not args.quick,
-                        resources=None if res.executor == "local" else res)
+                        resources=None if res.executor == "local" else res, max_K=args.max_K)
         if args.check:
             return _check(names, args, settings)
         out = _check_out(args.out)
@@ -415,7 +442,7 @@ def main(argv=None) -> int:
         done = _make(names, out, settings["seeds"], args.quick, list(dict.fromkeys(formats)), bool(args.only),
                      settings["paper"],  # --seeds 10 is the paper's picture too
                      keep=bool(args.only) or len(names) < len(names_all),
-                     resources=settings["resources"], jobs_dir=jobs_dir)
+                     resources=settings["resources"], jobs_dir=jobs_dir, max_K=args.max_K)
         if res.executor != "local" and args.jobs_dir is None:
             shutil.rmtree(jobs_dir, ignore_errors=True)  # kept after a failure: the error names its logs
     except (ValueError, OSError, _cluster.GridFailed) as exc:
@@ -440,7 +467,7 @@ def _check(names, args, settings) -> int:
     try:
         jobs_dir = (args.jobs_dir or scratch / JOBS_DIR).expanduser().resolve()
         _make(names, scratch, settings["seeds"], settings["quick"], [], False, settings["paper"],
-              keep=False, resources=settings["resources"], jobs_dir=jobs_dir)
+              keep=False, resources=settings["resources"], jobs_dir=jobs_dir, max_K=settings["max_K"])
         rep = check.report(names, scratch, committed)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

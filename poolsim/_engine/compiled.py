@@ -1,0 +1,77 @@
+"""The engine's compiled programs per (spec, dtype, devices), stored across processes."""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _programs, _rng
+from .draws import draw_batch
+from .estimates import estimate_batch, one_seed
+from .moments import moments
+from .spec import Spec
+
+def mesh(ndev: int):
+    return jax.sharding.Mesh(np.array(jax.local_devices()[:ndev]), ("seeds",))
+
+def compiled(spec: Spec, dtype_name: str, ndev: int = 1) -> tuple[Callable, Callable]:
+    """The engine's two programs per (spec, dtype, devices), :func:`draw_batch` and
+    :func:`estimate_batch` (``est(draw(seeds))``, or ``est(draws, medians)`` where
+    :func:`host_medians_outside`): the compile-count test checks each traces once. Each is a
+    :class:`poolsim._programs.Program` around the ``jax.jit`` of the function: on one device, for
+    a spec with a storable sampler (:func:`store_ident`), its compiled executables are kept in
+    the per-user program store, so another process loads them instead of tracing and compiling.
+
+    On ``ndev > 1`` local devices each program is a ``shard_map`` over the seed axis: every device
+    runs the whole computation on its own block of seeds (its own matching loops, its own trip
+    counts), so the programs contain no cross-device collective -- seeds are independent. The
+    materialised path's sample medians then use the pure-XLA :func:`prefix_medians` (see
+    :func:`grouped_medians`)."""
+    return _compiled_cached(spec, dtype_name, ndev)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_cached(spec: Spec, dtype_name: str, ndev: int) -> tuple[Callable, Callable]:
+    dtype = jnp.dtype(dtype_name)
+    fns = (functools.partial(draw_batch, spec, dtype), functools.partial(estimate_batch, spec, dtype))
+    ident = store_ident(spec, dtype_name, ndev)
+    return tuple(_programs.Program(jax.jit(per_device(f, ndev)), name, ident)
+                 for f, name in zip(fns, ("draws", "estimates")))
+
+
+def store_ident(spec: Spec, dtype_name: str | None, ndev: int) -> str | None:
+    """What decides the engine's programs for ``spec`` apart from the argument shapes and the
+    environment (:mod:`poolsim._programs`): the spec with its sampler's ``store_key``, the dtype
+    and the device count. ``None`` (the programs are not stored across processes) when the sampler
+    has no ``store_key`` string -- nothing then says two processes' samplers trace alike -- or
+    on several devices."""
+    key = getattr(spec.sample_means, "store_key", None)
+    if not isinstance(key, str) or ndev != 1:
+        return None
+    return repr((tuple(spec._replace(sample_means=key)), dtype_name, ndev))
+
+
+@functools.lru_cache(maxsize=8)
+def compiled_vmapped(spec: Spec, dtype_name: str, ndev: int = 1):
+    """The plain ``vmap`` of :func:`one_seed` (seeds in, as :func:`draw_batch`): the batched
+    engine's oracle in the tests."""
+    one = functools.partial(one_seed, spec, jnp.dtype(dtype_name), host_medians=ndev == 1)
+    return jax.jit(per_device(jax.vmap(lambda s: one(_rng.fast_key(s))), ndev))
+
+
+@functools.lru_cache(maxsize=64)
+def compiled_moments(spec: Spec, ndev: int = 1):
+    return _programs.Program(jax.jit(per_device(functools.partial(moments, spec), ndev)),
+                             "moments", store_ident(spec, None, ndev))
+
+
+def per_device(f: Callable, ndev: int) -> Callable:
+    """``f`` itself on one device; else ``f`` on each device's block of the leading (seed) axis of
+    every argument and result (``shard_map``; nothing is communicated between devices)."""
+    if ndev == 1:
+        return f
+    spec = jax.sharding.PartitionSpec("seeds")
+    return jax.shard_map(f, mesh=mesh(ndev), in_specs=spec, out_specs=spec, check_vma=False)
