@@ -536,6 +536,8 @@ def fit_flows(keys: Any, x: Any, *, holdout: float = 0.2, **config: Any) -> tupl
     """:func:`fit_flow` for ``S`` data sets at once (one ``vmap``-ed compiled fit).
 
     ``keys``: ``S`` int seeds or a batch of JAX keys; ``x: (S, n, d)`` -> ``S`` :class:`Flow` s.
+    Fits (of :func:`fit_flow` too) are kept in ``poolsim.io.cache_dir("fits")``: the same inputs in
+    a later process load the same arrays instead of fitting (``POOLSIM_CACHE_DIR=off`` disables it).
     """
     import jax
     import jax.numpy as jnp
