@@ -111,7 +111,7 @@ def environment() -> str:
     return "\n".join(f"{k}={v}" for k, v in environment_parts().items())
 
 
-def _flags() -> tuple:
+def jax_flags() -> tuple:
     """The JAX configuration in effect now (thread-local settings such as ``jax.enable_x64``
     included), less :data:`IGNORED_FLAGS`."""
     import jax
@@ -125,8 +125,8 @@ def _config_key():
     """A cheap key of the JAX configuration for this process's in-memory executables: the context
     ``jax.jit`` itself keys its compiled programs by (``jax._src.config.trace_context``: every
     setting that changes tracing, thread-local ones included; ~0.1 us, where reading the whole
-    configuration, :func:`_flags`, costs ~0.7 ms a call). The store's key on disk stays the full
-    :func:`_flags`. Where a JAX version lacks that function, :func:`_flags` itself."""
+    configuration, :func:`jax_flags`, costs ~0.7 ms a call). The store's key on disk stays the full
+    :func:`jax_flags`. Where a JAX version lacks that function, :func:`jax_flags` itself."""
     return _TRACE_CONTEXT[0]()
 
 
@@ -172,7 +172,7 @@ class Program:
 
     def __call__(self, *args):
         if not _TRACE_CONTEXT:
-            _TRACE_CONTEXT[:] = _find_trace_context() or [_flags]
+            _TRACE_CONTEXT[:] = _find_trace_context() or [jax_flags]
         folder = None if self.ident is None else store_dir()
         if folder is None or _multi_process():
             return self.fn(*args)
@@ -180,7 +180,7 @@ class Program:
         mem = (sig, _config_key())
         exe = self._exes.get(mem)
         if exe is None:
-            exe = self._exes[mem] = self._load_or_compile(folder, (sig, _flags()), args)
+            exe = self._exes[mem] = self._load_or_compile(folder, (sig, jax_flags()), args)
         return exe(*args)
 
     def _cache_size(self) -> int:

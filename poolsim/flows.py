@@ -285,6 +285,33 @@ def _fitter(config: FlowConfig, n_test: int, batched: bool):
     return jax.jit(jax.vmap(f) if batched else f, compiler_options=_FIT_COMPILE)
 
 
+# The fitting code's libraries: their versions are part of a stored fit's key.
+_FIT_PACKAGES = ("equinox", "flowjax", "optax", "paramax", "numpy")
+
+
+def _stored_fit(config: FlowConfig, n_test: int, batched: bool, keys, x, data: np.ndarray):
+    """``_fitter(config, n_test, batched)(keys, x)``, or its output stored by an earlier process
+    for the same inputs (:mod:`poolsim._fit_store`: keyed by ``data``'s bytes, the keys' bits, the
+    configuration, the code and the machine). ``x`` is ``data`` on the device."""
+    import jax
+
+    from . import _fit_store
+
+    fitter = _fitter(config, n_test, batched)
+    if _fit_store.store_dir() is None:
+        return fitter(keys, x)
+    name = "flow-fit"
+    digest = _fit_store.key(
+        name, {"config": repr(config), "n_test": n_test, "batched": batched,
+               "key_impl": str(keys.dtype)},
+        (np.asarray(jax.random.key_data(keys)), data), _FIT_PACKAGES)
+    out = _fit_store.load(name, digest, fitter.eval_shape(keys, x))
+    if out is None:
+        out = fitter(keys, x)
+        _fit_store.save(name, digest, out)
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def _applier(config: FlowConfig, what: str):
     import jax
@@ -501,7 +528,7 @@ def fit_flow(key: Any, x: Any, *, holdout: float = 0.2, **config: Any) -> Flow:
     cfg = _config(arr.shape[-1], config)
     import jax.numpy as jnp
 
-    out = _fitter(cfg, n_test, False)(as_key(key), jnp.asarray(arr))
+    out = _stored_fit(cfg, n_test, False, as_key(key), jnp.asarray(arr), arr)
     return _flow(out, cfg, arr.shape[0], n_test)
 
 
@@ -509,6 +536,8 @@ def fit_flows(keys: Any, x: Any, *, holdout: float = 0.2, **config: Any) -> tupl
     """:func:`fit_flow` for ``S`` data sets at once (one ``vmap``-ed compiled fit).
 
     ``keys``: ``S`` int seeds or a batch of JAX keys; ``x: (S, n, d)`` -> ``S`` :class:`Flow` s.
+    Fits (of :func:`fit_flow` too) are kept in ``poolsim.io.cache_dir("fits")``: the same inputs in
+    a later process load the same arrays instead of fitting (``POOLSIM_CACHE_DIR=off`` disables it).
     """
     import jax
     import jax.numpy as jnp
@@ -526,6 +555,6 @@ def fit_flows(keys: Any, x: Any, *, holdout: float = 0.2, **config: Any) -> tupl
         raise ValueError(f"keys must hold one key per data set (S = {arr.shape[0]}), got {len(ks)}")
     # one transfer to the host, then NumPy slices (slicing S device arrays leaf by leaf would be
     # one dispatch per leaf and seed)
-    out = jax.device_get(_fitter(cfg, n_test, True)(ks, jnp.asarray(arr)))
+    out = jax.device_get(_stored_fit(cfg, n_test, True, ks, jnp.asarray(arr), arr))
     return tuple(_flow(jax.tree.map(lambda a: a[i], out), cfg, arr.shape[1], n_test)
                  for i in range(arr.shape[0]))

@@ -203,3 +203,53 @@ def test_fit_and_apply_programs_have_no_host_callback():
     for what in ("forward", "inverse", "log_prob"):
         jaxpr = str(fl._applier(cfg, what).trace(flow.params, flow.loc, flow.scale, x).jaxpr)
         assert "callback" not in jaxpr, what
+
+
+def test_fits_are_stored_and_a_second_process_loads_the_same_bytes(tmp_path, monkeypatch):
+    """The fit store (poolsim._fit_store): a second fit of the same inputs loads the stored arrays
+    instead of running the fit, with every output bitwise equal to a fit run with the store off; a
+    changed datum misses; a damaged entry warns and is fitted again."""
+    import jax
+
+    from poolsim import _cache, _fit_store, io
+    from poolsim import flows as fl
+
+    runs = []
+
+    class Counting:  # the jitted fit; counts the fits that run (not the shape evaluations)
+        def __init__(self, fitter):
+            self.fitter, self.eval_shape = fitter, fitter.eval_shape
+
+        def __call__(self, keys, x):
+            runs.append(1)
+            return self.fitter(keys, x)
+
+    real = fl._fitter
+    monkeypatch.setattr(fl, "_fitter", lambda *a: Counting(real(*a)))
+    x = np.random.default_rng(3).normal(size=(2, 30, 2))
+
+    def leaves(flows_):
+        return [np.asarray(a) for f in flows_ for a in jax.tree.leaves(
+            (f.params, f.loc, f.scale, f.losses, f.train_nll, f.heldout_nll, f.heldout))]
+
+    monkeypatch.setenv("POOLSIM_CACHE_DIR", "off")
+    reference = leaves(fl.fit_flows([1, 2], x, steps=3))
+    monkeypatch.setenv("POOLSIM_CACHE_DIR", str(tmp_path))
+    folder = io.cache_dir(_fit_store.STORE_KIND)
+    first = leaves(fl.fit_flows([1, 2], x, steps=3))
+    second = leaves(fl.fit_flows([1, 2], x, steps=3))
+    assert len(runs) == 2 and len(list(folder.iterdir())) == 1  # the second call loaded
+    for a, b, c in zip(reference, first, second):
+        assert a.dtype == b.dtype == c.dtype and a.tobytes() == b.tobytes() == c.tobytes()
+    x2 = x.copy()
+    x2[1, 5, 0] += 1e-3
+    fl.fit_flows([1, 2], x2, steps=3)
+    fl.fit_flows([1, 3], x, steps=3)
+    fl.fit_flows([1, 2], x, steps=4)
+    assert len(runs) == 5 and len(list(folder.iterdir())) == 4  # data, keys, steps: each a miss
+    for entry in folder.iterdir():
+        entry.write_bytes(entry.read_bytes()[:-20])
+    monkeypatch.setattr(_cache, "_warned", set())  # the warning comes once per process
+    with pytest.warns(_cache.CacheWarning, match="stored fit"):
+        again = leaves(fl.fit_flows([1, 2], x, steps=3))
+    assert len(runs) == 6 and all(a.tobytes() == b.tobytes() for a, b in zip(reference, again))
