@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = r"""
@@ -63,7 +62,6 @@ def main():
     print("| case | seeds | budget | first s | warm s | seeds/s | vs loop | peak GB |")
     print("|---|---|---|---|---|---|---|---|")
     for name, S, budget, kw, ratio in cases:
-        t = time.perf_counter()
         r = engine(budget, seeds=S, **kw)
         sps = S / r["warm"]
         print(f"| {name} | {S} | {budget or 'default'} | {r['first']:.2f} | {r['warm']:.2f} | "
