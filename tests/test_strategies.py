@@ -373,3 +373,41 @@ def test_numpy_fast_paths_give_the_array_api_bits(rng, monkeypatch):
         for a, b in zip(got, want):
             assert a.dtype == b.dtype
             np.testing.assert_array_equal(a, b)
+
+
+def test_pooled_sum_of_two_dimensional_data_is_numpys_sum_bit_for_bit(rng):
+    """For ``d = 2`` NumPy input the pooled sum is a ``cumsum`` along the rows; the oracle is
+    ``np.sum(axis=(0, 1))`` on the same array: equal bit for bit where the order of the additions shows
+    (mixed scales with cancellation, signed zeros, subnormals, sums near overflow), in float32 and
+    float64, and ``naive_pool`` equals the same sum over the count: scaled data, ragged counts and
+    NaN/inf (the same error) included."""
+    from poolsim import _strategies
+
+    for dtype in (np.float64, np.float32):
+        info = np.finfo(dtype)
+        big, tiny = float(info.max) / 4, float(info.smallest_subnormal)
+        arrays = [rng.normal(size=(50, 100, 2)) * 10.0 ** rng.integers(-8, 9, size=(50, 100, 1)),
+                  np.array([[[big, 1.0], [-big, -0.0], [3 * tiny, -0.0]]]),
+                  np.array([[[1.0, tiny], [1e-30, -tiny], [-1.0, 2 * tiny]]]),
+                  np.array([[[big, big / 2]], [[big, -big]], [[-big, big / 3]]]),
+                  np.full((2, 3, 2), -0.0)]
+        for X in arrays:
+            X = X.astype(dtype)
+            want = np.sum(X, axis=(0, 1))
+            np.testing.assert_array_equal(_strategies._sample_sum(X, np), want)
+            assert np.array_equal(np.signbit(_strategies._sample_sum(X, np)), np.signbit(want))
+            k = _strategies.pow2_exponent(X)
+            expected = _strategies.times_pow2(np.sum(_strategies.times_pow2(X, k), axis=(0, 1))
+                                              / dtype(X.shape[0] * X.shape[1]), -k)
+            np.testing.assert_array_equal(poolsim.naive_pool(X).mean, expected)
+        X = arrays[0].astype(dtype)
+        counts = rng.integers(1, 101, size=50)
+        valid = (np.arange(100)[None, :] < counts[:, None]).astype(dtype)
+        np.testing.assert_array_equal(poolsim.naive_pool(X, counts=counts).mean,
+                                      np.sum(valid[..., None] * X, axis=(0, 1)) / dtype(counts.sum()))
+        for bad in (np.nan, np.inf, -np.inf):
+            for where in ((0, 0, 0), (49, 99, 1), (20, 3, 0)):
+                Y = X.copy()
+                Y[where] = bad
+                with pytest.raises(ValueError, match="X"):
+                    poolsim.naive_pool(Y)
