@@ -48,7 +48,8 @@ from .medians import (chunk_medians, few_prefix_medians, grouped_medians, host_m
                       host_prefix_medians, prefix_medians)
 from .moments import PAIRS, QUANTITIES, Moments, Summary, combine, moments
 from .run import AHEAD, DISTRIBUTED_HELP, process_block, simulate
-from .spec import FULL_WIDTH, STRATEGIES, Group, SeedResult, Spec, groups, widths
+from .spec import (FULL_WIDTH, PATH_ENV, PATHS, STRATEGIES, Group, SeedResult, Spec, accelerator_path, groups,
+                   widths)
 from .subsample import PAIRWISE_MAX, chosen_domains, subsample_mean
 
 __all__ = ["AHEAD", "DISTRIBUTED_HELP", "Draws", "Moments", "PAIRS", "QUANTITIES", "SMALL_CHUNK",
@@ -58,4 +59,5 @@ __all__ = ["AHEAD", "DISTRIBUTED_HELP", "Draws", "Moments", "PAIRS", "QUANTITIES
            "compiled_vmapped", "draw", "draw_batch", "estimate_batch", "few_prefix_medians", "full_sub",
            "Gatherer", "gather", "grouped_medians", "host_medians_outside", "host_prefix_medians", "moments",
            "one_seed", "prefix_medians", "process_block", "simulate", "store_ident", "sub_draws",
-           "subsample_mean", "groups", "widths", "group_sub", "chosen_domains", "PAIRWISE_MAX"]
+           "subsample_mean", "groups", "widths", "group_sub", "chosen_domains", "PAIRWISE_MAX", "PATH_ENV", "PATHS",
+           "accelerator_path"]

@@ -12,7 +12,7 @@ from .. import _programs, _rng
 from .draws import draw_batch
 from .estimates import estimate_batch, one_seed
 from .moments import moments
-from .spec import Spec
+from .spec import Spec, accelerator_path
 
 def mesh(ndev: int):
     return jax.sharding.Mesh(np.array(jax.local_devices()[:ndev]), ("seeds",))
@@ -30,34 +30,38 @@ def compiled(spec: Spec, dtype_name: str, ndev: int = 1) -> tuple[Callable, Call
     counts), so the programs contain no cross-device collective -- seeds are independent. The
     materialised path's sample medians then use the pure-XLA :func:`prefix_medians` (see
     :func:`grouped_medians`)."""
-    return _compiled_cached(spec, dtype_name, ndev)
+    return _compiled_cached(spec, dtype_name, ndev, accelerator_path())
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled_cached(spec: Spec, dtype_name: str, ndev: int) -> tuple[Callable, Callable]:
+def _compiled_cached(spec: Spec, dtype_name: str, ndev: int, accel: bool) -> tuple[Callable, Callable]:
     dtype = jnp.dtype(dtype_name)
     fns = (functools.partial(draw_batch, spec, dtype), functools.partial(estimate_batch, spec, dtype))
-    ident = store_ident(spec, dtype_name, ndev)
+    ident = store_ident(spec, dtype_name, ndev, accel)
     return tuple(_programs.Program(jax.jit(per_device(f, ndev)), name, ident)
                  for f, name in zip(fns, ("draws", "estimates")))
 
 
-def store_ident(spec: Spec, dtype_name: str | None, ndev: int) -> str | None:
+def store_ident(spec: Spec, dtype_name: str | None, ndev: int, accel: bool = False) -> str | None:
     """What decides the engine's programs for ``spec`` apart from the argument shapes and the
-    environment (:mod:`poolsim._programs`): the spec with its sampler's ``store_key``, the dtype
-    and the device count. ``None`` (the programs are not stored across processes) when the sampler
+    environment (:mod:`poolsim._programs`): the spec with its sampler's ``store_key``, the dtype,
+    the device count and, where it is the accelerator path (:func:`accelerator_path`), that. ``None`` (the programs are not stored across processes) when the sampler
     has no ``store_key`` string -- nothing then says two processes' samplers trace alike -- or
     on several devices."""
     key = getattr(spec.sample_means, "store_key", None)
     if not isinstance(key, str) or ndev != 1:
         return None
-    return repr((tuple(spec._replace(sample_means=key)), dtype_name, ndev))
+    return repr((tuple(spec._replace(sample_means=key)), dtype_name, ndev) + (("accelerator",) if accel else ()))
 
 
-@functools.lru_cache(maxsize=8)
 def compiled_vmapped(spec: Spec, dtype_name: str, ndev: int = 1):
     """The plain ``vmap`` of :func:`one_seed` (seeds in, as :func:`draw_batch`): the batched
     engine's oracle in the tests."""
+    return _vmapped_cached(spec, dtype_name, ndev, accelerator_path())
+
+
+@functools.lru_cache(maxsize=8)
+def _vmapped_cached(spec: Spec, dtype_name: str, ndev: int, accel: bool):
     one = functools.partial(one_seed, spec, jnp.dtype(dtype_name), host_medians=ndev == 1)
     return jax.jit(per_device(jax.vmap(lambda s: one(_rng.fast_key(s))), ndev))
 

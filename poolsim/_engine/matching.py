@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import _core
-from .spec import Spec
+from .spec import Spec, accelerator_path
 
 # Matching stages (see :func:`batched_match`): ``(trips, divisor)`` -- after ``trips`` more loop
 # trips the seeds still iterating are compacted into a batch of ``chunk // divisor`` rows.
@@ -43,7 +43,7 @@ def batched_match(x, mass, c0, spec: Spec, stages: tuple | None = None):
     """
     S = x.shape[0]
     if stages is None:
-        stages = STAGES if jax.default_backend() == "cpu" else ()
+        stages = () if accelerator_path() else STAGES
     xt = jnp.swapaxes(x, 1, 2)  # (S, d, K_max)
     valid = (mass > 0).astype(x.dtype)
 

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .spec import Spec
+from .spec import Spec, accelerator_path
 
 def prefix_medians(x, group, Ks):
     """Coordinate-wise medians of the rows of ``x: (R, d)`` with ``group < K``, for each K in
@@ -199,7 +199,7 @@ def grouped_medians(pts, n: int, Ks: tuple, host: bool = True):
     ``host=False`` on several CPU devices: each device's program would call back into Python at
     once, and those concurrent callbacks hang the CPU runtime (seen with 4 forced host devices
     on 2 cores)."""
-    if not host or jax.default_backend() != "cpu":
+    if not host or accelerator_path():
         return prefix_medians(pts, jnp.arange(pts.shape[0]) // n, jnp.asarray(Ks, jnp.int32))
     out = jax.ShapeDtypeStruct((len(Ks), pts.shape[1]), pts.dtype)
     return jax.pure_callback(functools.partial(host_prefix_medians, n=n, Ks=Ks),
@@ -212,5 +212,4 @@ def host_medians_outside(spec: Spec, ndev: int = 1) -> bool:
     :func:`host_prefix_medians` (NumPy's sort, ~10x XLA's CPU sort); between the programs rather
     than as a callback inside, because JAX's persistent compilation cache does not store programs
     that call back into Python."""
-    return spec.materialize and spec.init == "median" and ndev == 1 and \
-        jax.default_backend() == "cpu"
+    return spec.materialize and spec.init == "median" and ndev == 1 and not accelerator_path()

@@ -13,7 +13,7 @@ from .compiled import compiled, compiled_moments, compiled_vmapped, mesh
 from .gather import Gatherer, gather
 from .medians import chunk_medians, host_medians_outside
 from .moments import Moments, Summary, combine
-from .spec import SeedResult, Spec
+from .spec import SeedResult, Spec, accelerator_path
 
 DISTRIBUTED_HELP = (
     "call jax.distributed.initialize(coordinator_address='HOST:PORT', num_processes=N, "
@@ -116,7 +116,7 @@ def _simulate_local(spec: Spec, seeds: np.ndarray, n_valid: int, *, dtype: str, 
     ndev = len(jax.local_devices()) if shard else 1
     outside = batched and host_medians_outside(spec, ndev)
     plan = chunk_plan(S, spec, dtype=dtype, chunk=chunk, ndev=ndev, budget=memory_budget,
-                      ahead=AHEAD, host_medians=ndev == 1 and jax.default_backend() == "cpu")
+                      ahead=AHEAD, host_medians=ndev == 1 and not accelerator_path())
     _cache.enable_jax_cache()
     starts = np.concatenate([[0], np.cumsum(plan.sizes)])
     seeds = seeds.astype(np.uint32)
@@ -125,7 +125,7 @@ def _simulate_local(spec: Spec, seeds: np.ndarray, n_valid: int, *, dtype: str, 
              if ndev > 1 else None)
     ctx = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
     keep = None if fields is None or summary else set(fields)
-    on_device = ndev == 1 and jax.default_backend() != "cpu"
+    on_device = ndev == 1 and accelerator_path()
     rows = len(plan.sizes) * ndev if summary else S
     into = Gatherer(rows) if not on_device else None
     parts, waiting = [], []

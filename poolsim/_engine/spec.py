@@ -1,6 +1,7 @@
 """The engine's static description of a run (:class:`Spec`) and its per-seed result (:class:`SeedResult`)."""
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, NamedTuple
 
 STRATEGIES = ("pool", "subsample", "match")
@@ -32,6 +33,29 @@ class Spec(NamedTuple):
     n_sub: int
     mu_star: tuple
     materialize: bool
+
+
+PATH_ENV = "POOLSIM_ENGINE_PATH"
+PATHS = ("auto", "cpu", "accelerator")
+
+
+def accelerator_path() -> bool:
+    """Whether the engine runs its accelerator path: the materialised path's sample medians inside
+    the estimates program (pure XLA, :func:`poolsim._engine.medians.prefix_medians`) instead of on
+    the host between the two programs, matching's loop without compaction stages, and every chunk's
+    results kept on the device and copied to the host once at the end. Chosen by the environment
+    variable :data:`PATH_ENV` (``POOLSIM_ENGINE_PATH``): ``auto`` (default) -- on an accelerator
+    backend, not on a CPU; ``accelerator`` -- on any backend, so the path a GPU runs is run, tested
+    and its programs counted on a CPU; ``cpu`` -- the CPU path everywhere. Both paths give the same
+    numbers (the same order statistics and per-seed operations; the test compares them)."""
+    value = os.environ.get(PATH_ENV, "auto").strip().lower() or "auto"
+    if value not in PATHS:
+        raise ValueError(f"environment variable {PATH_ENV} must be one of {PATHS}, got {value!r}")
+    if value == "auto":
+        import jax
+
+        return jax.default_backend() != "cpu"
+    return value == "accelerator"
 
 
 class SeedResult(NamedTuple):
