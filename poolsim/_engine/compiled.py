@@ -36,22 +36,26 @@ def compiled(spec: Spec, dtype_name: str, ndev: int = 1) -> tuple[Callable, Call
 @functools.lru_cache(maxsize=64)
 def _compiled_cached(spec: Spec, dtype_name: str, ndev: int, accel: bool) -> tuple[Callable, Callable]:
     dtype = jnp.dtype(dtype_name)
-    fns = (functools.partial(draw_batch, spec, dtype), functools.partial(estimate_batch, spec, dtype))
     ident = store_ident(spec, dtype_name, ndev, accel)
-    return tuple(_programs.Program(jax.jit(per_device(f, ndev)), name, ident)
-                 for f, name in zip(fns, ("draws", "estimates")))
+
+    def program(f: Callable, name: str) -> Callable:
+        return _programs.Program(jax.jit(per_device(f, ndev)), name, ident)
+
+    return (program(functools.partial(draw_batch, spec, dtype), "draws"),
+            program(functools.partial(estimate_batch, spec, dtype), "estimates"))
 
 
 def store_ident(spec: Spec, dtype_name: str | None, ndev: int, accel: bool = False) -> str | None:
     """What decides the engine's programs for ``spec`` apart from the argument shapes and the
     environment (:mod:`poolsim._programs`): the spec with its sampler's ``store_key``, the dtype,
-    the device count and, where it is the accelerator path (:func:`accelerator_path`), that. ``None`` (the programs are not stored across processes) when the sampler
-    has no ``store_key`` string -- nothing then says two processes' samplers trace alike -- or
+    the device count and, where it is the accelerator path (:func:`accelerator_path`), that. ``None``
+    (the programs are not stored across processes) when the sampler has no ``store_key`` string -- nothing then says two processes' samplers trace alike -- or
     on several devices."""
     key = getattr(spec.sample_means, "store_key", None)
     if not isinstance(key, str) or ndev != 1:
         return None
-    return repr((tuple(spec._replace(sample_means=key)), dtype_name, ndev) + (("accelerator",) if accel else ()))
+    fields = (key,) + tuple(spec)[1:]  # the spec, its sampler (field 0) replaced by the sampler's store_key
+    return repr((fields, dtype_name, ndev) + (("accelerator",) if accel else ()))
 
 
 def compiled_vmapped(spec: Spec, dtype_name: str, ndev: int = 1):

@@ -35,7 +35,8 @@ class Gatherer:
     chunk's device arrays can be dropped at once: the results are held once, not twice."""
 
     def __init__(self, S: int):
-        self.S, self.pos, self.host, self.tree = S, 0, None, None
+        self.S, self.pos, self.tree = S, 0, None
+        self.host: list[np.ndarray] | None = None
 
     def add(self, out, k: int) -> None:
         """Copy the first ``k`` rows of every leaf of ``out`` (a finished chunk) in place."""

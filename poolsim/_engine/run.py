@@ -140,7 +140,7 @@ def _simulate_local(spec: Spec, seeds: np.ndarray, n_valid: int, *, dtype: str, 
             progress(k)
 
     with ctx:
-        fns = compiled(spec, dtype, ndev) if batched else (compiled_vmapped(spec, dtype, ndev),)
+        fns: tuple[Callable, ...] = compiled(spec, dtype, ndev) if batched else (compiled_vmapped(spec, dtype, ndev),)
         moments = compiled_moments(spec, ndev) if summary else None
         for i, size in enumerate(plan.sizes):
             a, b = int(starts[i]), int(starts[i + 1])
@@ -154,7 +154,7 @@ def _simulate_local(spec: Spec, seeds: np.ndarray, n_valid: int, *, dtype: str, 
             else:
                 for fn in fns:
                     out = fn(out)
-            if summary:
+            if moments is not None:  # summary
                 valid = np.arange(a, b) < n_valid
                 out = moments(out, jax.device_put(valid, place))
             elif keep is not None:

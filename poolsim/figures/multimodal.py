@@ -152,7 +152,8 @@ def compute(*, seeds: int, quick: bool, progress: Callable[[int], Any] | None = 
         raise ValueError(f"seeds must be >= 1, got {seeds!r}")
     S = _data.seeds_capped(seeds, quick, MAX_SEEDS)
     P2 = {**P, **PREMISE}
-    runs, premise_runs = [], []
+    runs: list = []
+    premise_runs: list = []
     for setup, out in ((P, runs), (P2, premise_runs)):
         mus = _draw_means(np.arange(S), setup)
         for s in range(S):

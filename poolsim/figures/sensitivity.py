@@ -58,7 +58,7 @@ def settings(experiment: str) -> list[tuple[str, str, str, dict]]:
 
 
 def _distinct(experiment: str) -> list[dict]:
-    seen = {}
+    seen: dict[tuple, dict] = {}
     for *_, over in settings(experiment):
         seen.setdefault(tuple(sorted(over.items())), over)
     return list(seen.values())
