@@ -245,15 +245,17 @@ def test_collision_law_large_n_mean():
         assert float(values @ prob) == pytest.approx(draws + draws * (draws - 1) / n, rel=1e-10)
 
 
+@pytest.mark.parametrize("select", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n, block, batch, threads", [(7, 4, 256, 1), (10, 64, 5, 2), (3, 5, 1, 3)])
-def test_host_prefix_medians_equal_numpy_median(rng, dtype, n, block, batch, threads):
+def test_host_prefix_medians_equal_numpy_median(rng, dtype, n, block, batch, threads, select):
     # The CPU engine's NumPy prefix medians (sort + block counts) against NumPy's own median of
     # each prefix of K n rows; rounded values make ties inside and across groups; Ks include 1,
     # odd and even counts, and the last group. Blocks smaller than, equal to and larger than n;
     # the 12 columns in one batch, in batches of 5 (last one short) or of 1, over 1 to 3 threads.
     # float32 goes through the packed value-and-group sort keys: negative values, zeros of both
-    # signs and huge magnitudes are mixed in to exercise the order-preserving bit map.
+    # signs and huge magnitudes are mixed in to exercise the order-preserving bit map. ``select``: the
+    # same with one selection per prefix (np.partition; chosen by size for few prefixes).
     import jax
     import jax.numpy as jnp
 
@@ -262,7 +264,7 @@ def test_host_prefix_medians_equal_numpy_median(rng, dtype, n, block, batch, thr
     special = np.array([-0.0, 0.0, -3e38, 3e38, -1e-30, 1e-30], dtype=dtype)
     x.flat[rng.choice(x.size, 40, replace=False)] = rng.choice(special, 40)
     Ks = (1, 2, 4, 5, 9)
-    got = _engine.host_prefix_medians(x, n, Ks, block=block, batch=batch, threads=threads)
+    got = _engine.host_prefix_medians(x, n, Ks, block=block, batch=batch, threads=threads, select=select)
     assert got.shape == (2, 3, len(Ks), 2) and got.dtype == dtype
     for j, K in enumerate(Ks):
         np.testing.assert_array_equal(got[:, :, j], np.median(x[:, :, :K * n], axis=2).astype(dtype))

@@ -124,8 +124,29 @@ def _medians_of_columns(cols, n: int, Ks, block: int):
     return 0.5 * (pick((count - 1) // 2) + pick(count // 2))
 
 
+def selected_medians(cols: np.ndarray, n: int, Ks) -> np.ndarray:
+    """Prefix medians of ``cols: (M, R)`` by one selection per prefix (``np.partition`` of the first
+    ``min(K n, R)`` values at the two middle ranks) -> ``(M, nK)``: the same order statistics, and
+    the same ``0.5 (a + b)``, as :func:`_medians_of_columns`, in O(sum of the prefix lengths)."""
+    R = cols.shape[1]
+    out = np.empty((cols.shape[0], len(Ks)), cols.dtype)
+    for i, K in enumerate(Ks):
+        c = min(int(K) * n, R)
+        lo, hi = (c - 1) // 2, c // 2
+        part = np.partition(cols[:, :c], (lo, hi), axis=1)
+        out[:, i] = 0.5 * (part[:, lo] + part[:, hi])
+    return out
+
+
+# :func:`host_prefix_medians` selects per prefix (:func:`selected_medians`) where the prefixes' total
+# length is at most this many times the column length, and sorts otherwise. Measured (2-core CPU, float32,
+# 8 seeds): Ks = (10, 1000), n = 100: 0.04 s selecting vs 0.29 s sorting; K_max = 50, n = 1000, d = 64,
+# Ks = (5, 50): 1.0 vs 1.8 s; the paper's ten prefixes of K_max = 50 (total 5.5 R): 9 vs 7 ms.
+SELECT_ROWS = 2
+
+
 def host_prefix_medians(x: np.ndarray, n: int, Ks, block: int = 64, batch: int = 256,
-                        threads: int = 2) -> np.ndarray:
+                        threads: int = 2, select: bool | None = None) -> np.ndarray:
     """NumPy twin of :func:`prefix_medians` for rows grouped in consecutive runs of ``n``
     (row r belongs to group ``r // n``, so ``group < K`` is the first ``K n`` rows).
 
@@ -142,7 +163,8 @@ def host_prefix_medians(x: np.ndarray, n: int, Ks, block: int = 64, batch: int =
     over ``threads`` threads (NumPy's sort releases the GIL; the CPU engine's XLA threads are
     idle while this callback runs). A batch is at most ``COLUMN_ROWS`` rows' worth of columns, and
     each batch's columns are copied out of ``x`` on their own, so the working memory is bounded
-    (``threads`` batches, ~24 bytes per row each) whatever the size of ``x``.
+    (``threads`` batches, ~24 bytes per row each) whatever the size of ``x``. ``select`` (default:
+    by size, :data:`SELECT_ROWS`): one selection per prefix instead of the sort (the same values).
     """
     x = np.asarray(x)
     Ks = np.asarray(Ks, dtype=np.int64)
@@ -150,6 +172,8 @@ def host_prefix_medians(x: np.ndarray, n: int, Ks, block: int = 64, batch: int =
     x = x.reshape(-1, R, d)
     L = x.shape[0]
     out = np.empty((L, d, len(Ks)), x.dtype)
+    if select is None:
+        select = int(np.minimum(Ks * n, R).sum()) <= SELECT_ROWS * R
     batch = max(1, min(batch, COLUMN_ROWS // R))
     if d >= batch:  # columns j0:j1 of one leading row l
         tasks = [(l, l + 1, j, min(d, j + batch)) for l in range(L) for j in range(0, d, batch)]
@@ -160,7 +184,8 @@ def host_prefix_medians(x: np.ndarray, n: int, Ks, block: int = 64, batch: int =
     def run(task):
         l0, l1, j0, j1 = task
         cols = np.ascontiguousarray(np.swapaxes(x[l0:l1, :, j0:j1], 1, 2)).reshape(-1, R)
-        out[l0:l1, j0:j1] = _medians_of_columns(cols, n, Ks, block).reshape(l1 - l0, j1 - j0, -1)
+        med = selected_medians(cols, n, Ks) if select else _medians_of_columns(cols, n, Ks, block)
+        out[l0:l1, j0:j1] = med.reshape(l1 - l0, j1 - j0, -1)
 
     if threads > 1 and len(tasks) > 1:
         from concurrent.futures import ThreadPoolExecutor
