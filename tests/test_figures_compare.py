@@ -196,3 +196,18 @@ def test_render_store_keys_on_the_inputs_and_only_keeps_poolsim_figures(tmp_path
     assert (dest / "asymptotic.png").read_bytes() == b"png bytes"
     assert not _renders.load(asymptotic, "asymptotic", ["png"], other, dest)
     assert not _renders.load(asymptotic, "asymptotic", ["png", "pdf"], df, dest)  # every format or none
+
+
+def test_check_reads_the_committed_sweep_for_the_robustness_column(tmp_path, fakes, monkeypatch):
+    # --check makes the figures in a scratch folder; the verdicts' robustness column must still come from
+    # the committed sensitivity.csv (the sweep is an optional figure the check does not rerun), else every
+    # swept claim reads "not swept" and differs from its committed row.
+    from poolsim.figures import _claims
+
+    out = tmp_path / "out"
+    assert cli.main(["--out", str(out), "--format", "png", "--seeds", "40"]) == 0
+    seen = []
+    real = _claims.read_sweep
+    monkeypatch.setattr(_claims, "read_sweep", lambda *folders: seen.append(folders) or real(*folders))
+    assert cli.main(["--check", "--out", str(out), "--seeds", "40"]) == 0
+    assert len(seen) == 1 and seen[0][-1] == out.resolve(), seen

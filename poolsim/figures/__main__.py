@@ -150,11 +150,12 @@ def _configure_xla() -> None:
 
 def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper: bool,
           keep: bool | None = None, resources=None, jobs_dir: Path | None = None,
-          max_K: int | None = None) -> "Written":
+          max_K: int | None = None, sweep_from: Path | None = None) -> "Written":
     """``keep`` (default: ``only``): keep the other figures' verdict rows and sections already in
     ``out`` (the default run keeps the optional figures' ones). ``resources``
     (:class:`poolsim.cluster.Resources`): the figures that take it run their seeds as scheduler jobs,
-    logs under ``jobs_dir``."""
+    logs under ``jobs_dir``. ``sweep_from`` (default ``out``): where the verdicts' robustness column
+    reads ``sensitivity.csv`` when this run does not make it (``--check``: the committed folder)."""
     keep = only if keep is None else keep
     import matplotlib
 
@@ -226,7 +227,7 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
         table = pd.concat(verdicts, ignore_index=True)
         if keep:  # keep the other figures' rows and sections already in --out
             table, sections = _merge(out, names, table, sections)
-        table = _claims.annotate(_data.with_holm(table), _claims.read_sweep(tmp, out))
+        table = _claims.annotate(_data.with_holm(table), _claims.read_sweep(tmp, sweep_from or out))
         table.to_csv(tmp / "verdicts.csv", index=False)
         (tmp / "summary.md").write_text(_summary(names, seeds, S, quick, paper, sections, table, max_K))
         for f in sorted(tmp.iterdir()):
@@ -467,7 +468,8 @@ def _check(names, args, settings) -> int:
     try:
         jobs_dir = (args.jobs_dir or scratch / JOBS_DIR).expanduser().resolve()
         _make(names, scratch, settings["seeds"], settings["quick"], [], False, settings["paper"],
-              keep=False, resources=settings["resources"], jobs_dir=jobs_dir, max_K=settings["max_K"])
+              keep=False, resources=settings["resources"], jobs_dir=jobs_dir, max_K=settings["max_K"],
+              sweep_from=committed)
         rep = check.report(names, scratch, committed)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
