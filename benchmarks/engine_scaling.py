@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -221,17 +220,12 @@ def figure(points: list[dict], anchors: list[dict], floor_mb: float, fit_from, t
 
 
 def machine_info() -> str:
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    import jax
-
+    """benchmarks/montecarlo.py's machine line, with the RAM."""
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
-    return (f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, Python {platform.python_version()}, "
-            f"jax {jax.__version__}, NumPy {np.__version__}")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from montecarlo import machine_info as base
+
+    return f"{base()}, {mem:.0f} GiB RAM"
 
 
 def commit() -> str:
