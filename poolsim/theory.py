@@ -227,23 +227,32 @@ def _empty(tau, where):
                      "the K -> infinity limit (increase tau, or n_quad for the quadrature)")
 
 
+def _gated_fixed_point(moments, y: float, *, tol: float, max_iter: int, empty):
+    """Iterate ``y <- E[u 1{gate}] / P(gate)`` from ``y``, ``moments(y) -> (P(gate), E[u 1{gate}], ...)``,
+    until a step moves less than ``tol`` or ``max_iter`` steps; ``empty(y)`` raises where the gate holds
+    no mass. Returns ``(y, steps, converged, moments(y))``."""
+    converged, t = False, 0
+    for t in range(1, max_iter + 1):
+        mass, m1 = moments(y)[:2]
+        if mass <= 0:
+            empty(y)
+        y_next = m1 / mass
+        moved, y = abs(y_next - y), y_next
+        if moved < tol:
+            converged = True
+            break
+    return y, t, converged, moments(y)
+
+
 def _limit_1d(md, law, sample_law, *, tau, init, within, tol, max_iter):
     v, mu0 = _direction_1d(md), float(md.mu_star[0])
     if isinstance(init, str):
         y = _median_1d(sample_law) if init == "median" else v * (float(_moments(md, "init='mean'")[0][0]) - mu0)
     else:
         y = v * (float(np.asarray(init, float).reshape(-1)[0]) - mu0)
-    converged, t = False, 0
-    for t in range(1, max_iter + 1):
-        mass, m1, _ = _truncated_moments(law, y - tau, y + tau)
-        if mass <= 0:
-            _empty(tau, mu0 + v * y)
-        y_next = m1 / mass
-        moved, y = abs(y_next - y), y_next
-        if moved < tol:
-            converged = True
-            break
-    mass, m1, m2 = _truncated_moments(law, y - tau, y + tau)
+    y, t, converged, (mass, m1, m2) = _gated_fixed_point(
+        lambda y: _truncated_moments(law, y - tau, y + tau), y, tol=tol, max_iter=max_iter,
+        empty=lambda y: _empty(tau, mu0 + v * y))
     var = max(m2 / mass - (m1 / mass) ** 2, 0.0)
     exact = all(normal for _, _, normal in law)
     return MatchLimit(np.array([mu0 + v * y]), np.array([[var + within]]), mass, t, converged,
@@ -303,17 +312,9 @@ def _limit_axial(md, v, law, sample_law, s_perp, *, tau, init, within, tol, max_
         y = _median_1d(sample_law) if init == "median" else float(v @ (_moments(md, "init='mean'")[0] - mu0))
     else:
         y = float(v @ (init - mu0))
-    converged, t = False, 0
-    for t in range(1, max_iter + 1):
-        mass, m1, _, _ = _gated_moments_axial(law, s_perp, d, y, tau)
-        if mass <= 0:
-            _empty(tau, mu0 + y * v)
-        y_next = m1 / mass
-        moved, y = abs(y_next - y), y_next
-        if moved < tol:
-            converged = True
-            break
-    mass, m1, m2, w2 = _gated_moments_axial(law, s_perp, d, y, tau)
+    y, t, converged, (mass, m1, m2, w2) = _gated_fixed_point(
+        lambda y: _gated_moments_axial(law, s_perp, d, y, tau), y, tol=tol, max_iter=max_iter,
+        empty=lambda y: _empty(tau, mu0 + y * v))
     var_v = max(m2 / mass - (m1 / mass) ** 2, 0.0)
     cov = (w2 / mass) * (np.eye(d) - np.outer(v, v)) + var_v * np.outer(v, v) + within * np.eye(d)
     return MatchLimit(mu0 + y * v, cov, mass, t, converged, "integration")
