@@ -1,5 +1,5 @@
-"""The engine past the paper's sizes: K steps in groups of widths (several groups, sort-based
-subsampling ranks) against a NumPy loop on the engine's own draws; the memory budget (the chunk
+"""The engine past the paper's sizes: K steps in groups of widths (several groups, threshold
+subsampling ranks, selected medians, blocks of seeds) against a NumPy loop on the engine's own draws; the memory budget (the chunk
 plan, the peak memory of a child process, the one-line error before any work); a size that used
 to abort the interpreter now runs within a small budget.
 
@@ -85,6 +85,81 @@ def test_sort_ranks_choose_the_pairwise_set_with_ties(rng):
         pv = np.where(mask > 0, p, 2.0)
         want = (np.sum(pv[None, :] < pv[:, None], axis=1) < m) & (mask > 0)
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_kth_smallest_is_the_sorted_value(rng, dtype):
+    # Reference: np.sort of the valid values, position k - 1. Data with ties, both zeros,
+    # negatives and infinities; ``k`` per row (broadcast) and every k of one row.
+    import jax.numpy as jnp
+
+    from poolsim._engine.select import kth_smallest
+
+    with jax.enable_x64(dtype == "float64"):
+        x = np.round(rng.normal(size=(6, 40)), 1).astype(dtype)
+        x[0, :10] = -0.0
+        x[0, 10:20] = 0.0
+        x[1, :3] = (-np.inf, np.inf, -np.inf)
+        valid = rng.random((6, 40)) < 0.7
+        valid[:, 0] = True
+        counts = valid.sum(axis=1)
+        k = np.array([rng.integers(1, c + 1) for c in counts])
+        got = np.asarray(jax.jit(kth_smallest)(jnp.asarray(x), jnp.asarray(k), jnp.asarray(valid)))
+        want = np.array([np.sort(x[i][valid[i]])[k[i] - 1] for i in range(6)])
+        np.testing.assert_array_equal(got, want)
+        every = np.asarray(kth_smallest(jnp.asarray(x[3]), jnp.arange(1, 41)))
+        np.testing.assert_array_equal(every, np.sort(x[3]))
+        assert got.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("W, Ks", [(20, (3, 10, 20)), (60, (5, 30, 60)), (60, tuple(range(2, 61, 2)))])
+def test_domain_medians_every_way_equal_numpy_median(rng, W, Ks):
+    # Reference: np.median of each prefix. W = 20: the rank bitmasks; (5, 30, 60): one selection
+    # per prefix (total 95 <= SELECT_WIDTHS W rows); 30 prefixes of 60: one sort per seed.
+    import jax.numpy as jnp
+
+    from poolsim._engine.medians import domain_medians
+
+    x = np.round(rng.normal(size=(5, W, 3)), 1).astype(np.float32)
+    got = np.asarray(jax.jit(domain_medians, static_argnums=1)(jnp.asarray(x), Ks))
+    want = np.stack([np.median(x[:, :K], axis=1) for K in Ks], axis=1)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_seed_blocks_divide_the_chunk():
+    from poolsim._engine.estimates import CACHE_BYTES, seed_block
+
+    per = 10**4 * 2 * 4  # W = 10^4, d = 2, float32
+    limit = CACHE_BYTES // per
+    assert seed_block(limit, 10**4, 2, np.float32) == limit  # fits: one block
+    assert seed_block(1024, 10**4, 2, np.float32) == 2 ** int(np.log2(limit))  # largest divisor that fits
+    assert seed_block(1031, 10**6, 2, np.float32) == 1  # 1031 is prime; a block of 1 seed fits
+
+
+@pytest.mark.parametrize("materialize", [False, True])
+def test_blocks_of_seeds_give_the_same_numbers(monkeypatch, materialize):
+    # Reference: the same program with the chunk as one block (the default at this size), bit for
+    # bit: blocks of 2 seeds (3 blocks of a 6-seed chunk) run the same operations per seed.
+    import jax.numpy as jnp
+
+    from poolsim._engine import estimates
+
+    spec, _ = experiments.spec("asymptotic", materialize=materialize, **BIG)
+    draws = jax.jit(_engine.draw_batch, static_argnums=(0, 1))(spec, jnp.float32,
+                                                               jnp.arange(6, dtype=jnp.uint32))
+    med = None
+    if _engine.host_medians_outside(spec):
+        med = _engine.chunk_medians(np.asarray(draws.samples), 6, spec)
+
+    def run():
+        return jax.jit(lambda dr, m: estimates.estimate_batch(spec, jnp.float32, dr, m))(draws, med)
+
+    whole = run()
+    monkeypatch.setattr(estimates, "CACHE_BYTES", 2 * spec.K_max * spec.d * 4)
+    assert estimates.seed_block(6, spec.K_max, spec.d, np.float32) == 2
+    blocked = run()
+    for f in ("estimates", "n_domains", "converged", "n_iter", "included"):
+        np.testing.assert_array_equal(getattr(blocked, f), getattr(whole, f), err_msg=f)
 
 
 def test_one_seed_that_cannot_fit_fails_before_any_work_in_one_line():

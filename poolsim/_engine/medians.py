@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .select import kth_smallest
 from .spec import Spec, accelerator_path
 
 def prefix_medians(x, group, Ks):
@@ -63,6 +64,39 @@ def few_prefix_medians(x, Ks):
 
     return jnp.swapaxes(0.5 * (pick((Ks - 1) // 2) + pick(Ks // 2)), 1, 2)
 
+
+# :func:`domain_medians` selects per prefix (:func:`selected_prefix_medians`) where the prefixes' total
+# length is at most this many times the width, and sorts once (:func:`prefix_medians`) otherwise.
+# Measured (2-core CPU, 1,024 seeds, d = 2): Ks = (10, 1000): 0.05 s selecting vs 0.29 s sorting;
+# Ks = (5, 10, ..., 50) (total 3.1 W): 0.010 vs 0.013 s. A selection costs 2 x 32 passes over its
+# prefix, so many prefixes of one width (e.g. 200 prefixes of 1,000 domains) are cheaper sorted.
+SELECT_WIDTHS = 4
+
+
+def selected_prefix_medians(x, Ks):
+    """:func:`prefix_medians` of ``x: (S, W, d)`` with row r in group r (prefix K = the first K
+    rows), for each K in ``Ks`` (a tuple) -> ``(S, nK, d)``: the same two middle order statistics
+    of each prefix, each found by :func:`poolsim._engine.select.kth_smallest` (no sort)."""
+    out = []
+    for K in Ks:
+        cols = jnp.swapaxes(x[:, :K], 1, 2)[..., None, :]  # (S, d, 1, K)
+        mid = kth_smallest(cols, jnp.array([(K - 1) // 2 + 1, K // 2 + 1]))  # (S, d, 2)
+        out.append(0.5 * (mid[..., 0] + mid[..., 1]))
+    return jnp.stack(out, axis=1)
+
+
+def domain_medians(x, Ks):
+    """Coordinate-wise medians of the first K rows of ``x: (S, W, d)`` (domain means) for each K in
+    ``Ks`` (a tuple) -> ``(S, nK, d)``, by size: :func:`few_prefix_medians` up to 32 rows,
+    :func:`selected_prefix_medians` while the prefixes total at most :data:`SELECT_WIDTHS` ``W``
+    rows, else one sort per seed (:func:`prefix_medians`). The same values every way."""
+    W = x.shape[1]
+    if W <= 32:
+        return few_prefix_medians(x, Ks)
+    if sum(min(K, W) for K in Ks) <= SELECT_WIDTHS * W:
+        return selected_prefix_medians(x, Ks)
+    Kj = jnp.asarray(Ks, jnp.int32)
+    return jax.vmap(lambda p: prefix_medians(p, jnp.arange(W), Kj))(x)
 
 def _sortable_u32(bits):
     """Order-preserving map of float32 bit patterns (uint32) to uint32: negative floats have

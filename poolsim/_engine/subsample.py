@@ -11,24 +11,25 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .draws import SubDraws
+from .select import kth_smallest
 from .spec import Spec
 
-# Widths up to this rank the domains by pairwise comparison, larger ones by a sort. Measured on the
-# 2-core CPU (benchmarks/engine_bigk.py, sufficient path, 1,024 seeds): XLA's CPU sort calls a
-# comparator per comparison, so at W = 128 the W^2 comparisons still cost less; at W = 1,000 they
-# are the 8.5 GB and most of the time of ``Ks=(10, 1000)``.
+# Widths up to this rank the domains by pairwise comparison, larger ones by the threshold. Measured on
+# the 2-core CPU (benchmarks/engine_bigk.py, sufficient path, 1,024 seeds): at W = 128 the W^2
+# comparisons still cost less; at W = 1,000 they were the 8.5 GB and most of the time of
+# ``Ks=(10, 1000)``.
 PAIRWISE_MAX = 128
 
 
 def chosen_domains(priority, mask, m):
     """``(W,)`` 0/1 flags of the ``m`` valid domains (``mask > 0``) of smallest ``priority``
     (``priority, mask: (W,)``, ``m`` a traced int): ranks by pairwise comparison up to
-    :data:`PAIRWISE_MAX` domains, else the threshold of a sort -- the same set."""
+    :data:`PAIRWISE_MAX` domains, else by the m-th smallest priority as a threshold -- the same set."""
     p = jnp.where(mask > 0, priority, 2.0)  # invalid domains rank last
     if p.shape[-1] <= PAIRWISE_MAX:
         rank = jnp.sum(p[None, :] < p[:, None], axis=1)
         return (rank < m) & (mask > 0)
-    threshold = jnp.sort(p)[m - 1]  # the m-th smallest priority (m <= number of valid domains)
+    threshold = kth_smallest(p, m)  # the m-th smallest priority (m <= number of valid domains)
     return (p <= threshold) & (mask > 0)
 
 
