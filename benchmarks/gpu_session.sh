@@ -143,4 +143,9 @@ on cell && timeout 300 python3 benchmarks/gpu_cell.py --backbone ViT-L-14-336 --
     --out "${E2E_DIR:-/tmp/adsim_e2e}/cell" ${CELL_DATA:+--data "$CELL_DATA"} --targets-file "$TARGETS" 2>&1 \
     | grep -v "^WARNING:root" | tee "$OUT/cell.log"
 
+# 9. The engine at large K on the device (issue 42): Ks = (10, K) for K = 10^3 ... 10^6 at 1,000 seeds, sufficient
+#    statistics, the default budget (3/4 of the device's free memory): first and warm seconds, device peak, the
+#    slope in K, and the K = 10^6 target row. Not in the two calls above; ~120 s on a CPU at K <= 10^5.
+on bigk && timeout 240 python3 benchmarks/gpu_bigk.py --seeds 1000 --targets "$TARGETS" 2>&1 | tee "$OUT/bigk.log"
+
 # The table of every target (measured vs target, met or not) prints from the EXIT trap above.
