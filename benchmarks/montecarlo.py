@@ -8,8 +8,8 @@ Not a test. Measures, in one run and on this machine:
    100, 1 000 and 10 000 seeds; engine times exclude compilation (reported separately);
 2. the sufficient-statistics path at n = 1e2 ... 1e5 samples per domain (its cost should be flat).
 
-With ``--baseline REV`` the engine as committed at git revision REV (``poolsim/_engine.py``
-only) is timed in the same run, so before/after ratios share the machine's load.
+With ``--baseline REV`` the engine as committed at git revision REV (``poolsim/_engine.py`` or the
+package ``poolsim/_engine/``; the rest of poolsim is this tree's) is timed in the same run, so before/after ratios share the machine's load.
 
 Everything is measured ``--repeat`` times (default 3; the machine is shared) and every cell is
 the median; the targets line lists each run's ratios. A profile line splits one chunk's time
@@ -96,13 +96,29 @@ def load_engine(rev: str | None):
     if rev is None:
         return _engine
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    src = subprocess.run(["git", "show", f"{rev}:poolsim/_engine.py"], cwd=root, check=True,
-                         capture_output=True, text=True).stdout
-    path = os.path.join(tempfile.mkdtemp(), "_engine_baseline.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location("poolsim._engine_baseline", path)
+
+    def show(path: str) -> str:
+        return subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, check=True,
+                              capture_output=True, text=True).stdout
+
+    files = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "poolsim/_engine/"], cwd=root,
+                           check=True, capture_output=True, text=True).stdout.split()
+    name = "poolsim._engine_baseline"
+    folder = os.path.join(tempfile.mkdtemp(), "_engine_baseline")
+    os.makedirs(folder)
+    if files:  # the engine package (poolsim/_engine/*.py): its modules import each other relatively
+        for f in files:
+            with open(os.path.join(folder, os.path.basename(f)), "w") as out:
+                out.write(show(f))
+        spec = importlib.util.spec_from_file_location(name, os.path.join(folder, "__init__.py"),
+                                                      submodule_search_locations=[folder])
+    else:  # one module, poolsim/_engine.py (a module of poolsim: ``from . import _core`` is poolsim's)
+        path = os.path.join(folder, "_engine_baseline.py")
+        with open(path, "w") as out:
+            out.write(show("poolsim/_engine.py"))
+        spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
 
