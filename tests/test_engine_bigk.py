@@ -162,6 +162,24 @@ def test_blocks_of_seeds_give_the_same_numbers(monkeypatch, materialize):
         np.testing.assert_array_equal(getattr(blocked, f), getattr(whole, f), err_msg=f)
 
 
+def test_included_flags_are_formed_only_where_returned():
+    # A run that does not return `included` (the frame's fields, summaries) uses an estimates
+    # program without the (S, nK, K_max) flags: the same numbers in every other field (reference:
+    # the full run), and the flags' bytes left out of the budget's per-seed estimate.
+    spec, _ = experiments.spec("asymptotic", **BIG)
+    full = _engine.simulate(spec, np.arange(5))
+    frame = _engine.simulate(spec, np.arange(5), fields=experiments.FRAME_FIELDS)
+    assert frame.included is None and full.included.shape == (5, 3, spec.K_max)
+    for f in experiments.FRAME_FIELDS:
+        np.testing.assert_array_equal(getattr(frame, f), getattr(full, f), err_msg=f)
+    nK = len(spec.Ks)
+    assert (_engine.seed_bytes(spec).results - _engine.seed_bytes(spec, included=False).results
+            == nK * spec.K_max)
+    draws_with, est_with = _engine.compiled(spec, "float32")
+    draws_without, est_without = _engine.compiled(spec, "float32", included=False)
+    assert draws_with is draws_without and est_with is not est_without  # one draws program
+
+
 def test_one_seed_that_cannot_fit_fails_before_any_work_in_one_line():
     # d = 4096, n = 10^7 materialised: 8 TB of samples per seed (the interpreter used to abort).
     with pytest.raises(_engine.MemoryBudgetError) as err:

@@ -107,12 +107,14 @@ class SeedBytes(NamedTuple):
         return self.draws + self.work
 
 
-def seed_bytes(spec: Spec, dtype_name: str = "float32", host_medians: bool = True) -> SeedBytes:
+def seed_bytes(spec: Spec, dtype_name: str = "float32", host_medians: bool = True,
+               included: bool = True) -> SeedBytes:
     """:class:`SeedBytes` of ``spec`` in ``dtype_name``, counting every array the programs hold
     per seed (the draws, the draw program's noise, the subsampling draws put in place for each
     group of K steps, the rank comparisons or sorts, the medians' sorts, matching's state, the
     outputs). ``host_medians``: the sample medians are computed on the host (CPU, one device);
-    else by XLA's :func:`poolsim._engine.medians.prefix_medians` over every sample."""
+    else by XLA's :func:`poolsim._engine.medians.prefix_medians` over every sample. ``included``:
+    the programs return matching's ``(nK, K_max)`` domain flags (else they are not formed)."""
     b = 8 if dtype_name == "float64" else 4
     K, n, d, nK = spec.K_max, spec.n, spec.d, len(spec.Ks)
     sK, sW, mat = sum(spec.Ks), sum(widths(spec)), spec.materialize
@@ -133,7 +135,7 @@ def seed_bytes(spec: Spec, dtype_name: str = "float32", host_medians: bool = Tru
                 med = cells * n * d * 9 + W * n * d * (8 + b)
         match = W * (3 * d + 6) * b
         work += sub + rank + med + match
-    results = nK * (3 * d * b + 3 * 4 + 1 + 4) + nK * K + 2 * K * d * b
+    results = nK * (3 * d * b + 3 * 4 + 1 + 4) + (nK * K if included else 0) + 2 * K * d * b
     if mat and spec.init == "median" and host_medians:
         results += nK * d * b  # the medians handed to the second program
     return SeedBytes(draws, max(draw_tmp, work) + results, results)
@@ -163,7 +165,8 @@ def rung(k: int, cap: int, ndev: int = 1) -> int:
 
 
 def chunk_plan(S: int, spec: Spec, *, dtype: str = "float32", chunk: int = 1024, ndev: int = 1,
-               budget: Any = None, ahead: int = 2, host_medians: bool = True) -> Plan:
+               budget: Any = None, ahead: int = 2, host_medians: bool = True,
+               included: bool = True) -> Plan:
     """The chunks for ``S`` seeds of ``spec`` (:class:`Plan`). The largest chunk is ``chunk``
     rounded up to a multiple of ``ndev``, or fewer seeds where the budget (:func:`resolve_budget`,
     less :data:`FIXED_BYTES`; per device) does not hold ``ahead + 1`` chunks in flight -- then one
@@ -171,7 +174,7 @@ def chunk_plan(S: int, spec: Spec, *, dtype: str = "float32", chunk: int = 1024,
     the :func:`rung` for the rest. Raises :class:`MemoryBudgetError` (one line: the parameters,
     the bytes one seed needs and the budget) when one seed does not fit."""
     total, source = resolve_budget(budget)
-    per = seed_bytes(spec, dtype, host_medians)
+    per = seed_bytes(spec, dtype, host_medians, included)
     avail = total - FIXED_BYTES
     if per.total > avail:
         raise MemoryBudgetError(

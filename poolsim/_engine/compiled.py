@@ -17,7 +17,8 @@ from .spec import Spec, accelerator_path
 def mesh(ndev: int):
     return jax.sharding.Mesh(np.array(jax.local_devices()[:ndev]), ("seeds",))
 
-def compiled(spec: Spec, dtype_name: str, ndev: int = 1) -> tuple[Callable, Callable]:
+def compiled(spec: Spec, dtype_name: str, ndev: int = 1,
+             included: bool = True) -> tuple[Callable, Callable]:
     """The engine's two programs per (spec, dtype, devices), :func:`draw_batch` and
     :func:`estimate_batch` (``est(draw(seeds))``, or ``est(draws, medians)`` where
     :func:`host_medians_outside`): the compile-count test checks each traces once. Each is a
@@ -29,23 +30,38 @@ def compiled(spec: Spec, dtype_name: str, ndev: int = 1) -> tuple[Callable, Call
     runs the whole computation on its own block of seeds (its own matching loops, its own trip
     counts), so the programs contain no cross-device collective -- seeds are independent. The
     materialised path's sample medians then use the pure-XLA :func:`prefix_medians` (see
-    :func:`grouped_medians`)."""
-    return _compiled_cached(spec, dtype_name, ndev, accelerator_path())
+    :func:`grouped_medians`).
+
+    ``included=False``: the estimates program returns ``included=None`` and never forms the
+    ``(S, nK, K_max)`` flags (a run that does not read them: :func:`poolsim.experiments.run`'s frame,
+    summaries); a program of its own."""
+    return _compiled_cached(spec, dtype_name, ndev, accelerator_path(), included)
+
+
+def estimate_batch_no_flags(spec: Spec, dtype, draws, medians=None):
+    """:func:`estimate_batch` with ``included=None`` (its flags are then not formed)."""
+    return estimate_batch(spec, dtype, draws, medians)._replace(included=None)
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled_cached(spec: Spec, dtype_name: str, ndev: int, accel: bool) -> tuple[Callable, Callable]:
-    dtype = jnp.dtype(dtype_name)
-    ident = store_ident(spec, dtype_name, ndev, accel)
-
-    def program(f: Callable, name: str) -> Callable:
-        return _programs.Program(jax.jit(per_device(f, ndev)), name, ident)
-
-    return (program(functools.partial(draw_batch, spec, dtype), "draws"),
-            program(functools.partial(estimate_batch, spec, dtype), "estimates"))
+def _compiled_cached(spec: Spec, dtype_name: str, ndev: int, accel: bool,
+                     included: bool = True) -> tuple[Callable, Callable]:
+    est = estimate_batch if included else estimate_batch_no_flags
+    return (_program(draw_batch, "draws", spec, dtype_name, ndev, accel, True),
+            _program(est, "estimates", spec, dtype_name, ndev, accel, included))
 
 
-def store_ident(spec: Spec, dtype_name: str | None, ndev: int, accel: bool = False) -> str | None:
+@functools.lru_cache(maxsize=128)
+def _program(f: Callable, name: str, spec: Spec, dtype_name: str, ndev: int, accel: bool,
+             included: bool) -> Callable:
+    """One engine program (one per argument set: the draws program serves both ``included``)."""
+    ident = store_ident(spec, dtype_name, ndev, accel, included)
+    return _programs.Program(jax.jit(per_device(functools.partial(f, spec, jnp.dtype(dtype_name)), ndev)),
+                             name, ident)
+
+
+def store_ident(spec: Spec, dtype_name: str | None, ndev: int, accel: bool = False,
+                included: bool = True) -> str | None:
     """What decides the engine's programs for ``spec`` apart from the argument shapes and the
     environment (:mod:`poolsim._programs`): the spec with its sampler's ``store_key``, the dtype,
     the device count and, where it is the accelerator path (:func:`accelerator_path`), that. ``None``
@@ -55,7 +71,8 @@ def store_ident(spec: Spec, dtype_name: str | None, ndev: int, accel: bool = Fal
     if not isinstance(key, str) or ndev != 1:
         return None
     fields = (key,) + tuple(spec)[1:]  # the spec, its sampler (field 0) replaced by the sampler's store_key
-    return repr((fields, dtype_name, ndev) + (("accelerator",) if accel else ()))
+    return repr((fields, dtype_name, ndev) + (("accelerator",) if accel else ())
+                + (() if included else ("without included",)))
 
 
 def compiled_vmapped(spec: Spec, dtype_name: str, ndev: int = 1):

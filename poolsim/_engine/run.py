@@ -115,8 +115,11 @@ def _simulate_local(spec: Spec, seeds: np.ndarray, n_valid: int, *, dtype: str, 
     S = len(seeds)
     ndev = len(jax.local_devices()) if shard else 1
     outside = batched and host_medians_outside(spec, ndev)
+    # the (nK, K_max) flags of matching are formed only where they are returned
+    included = not summary and (fields is None or "included" in fields)
     plan = chunk_plan(S, spec, dtype=dtype, chunk=chunk, ndev=ndev, budget=memory_budget,
-                      ahead=AHEAD, host_medians=ndev == 1 and not accelerator_path())
+                      ahead=AHEAD, host_medians=ndev == 1 and not accelerator_path(),
+                      included=included or not batched)
     _cache.enable_jax_cache()
     starts = np.concatenate([[0], np.cumsum(plan.sizes)])
     seeds = seeds.astype(np.uint32)
@@ -140,7 +143,8 @@ def _simulate_local(spec: Spec, seeds: np.ndarray, n_valid: int, *, dtype: str, 
             progress(k)
 
     with ctx:
-        fns: tuple[Callable, ...] = compiled(spec, dtype, ndev) if batched else (compiled_vmapped(spec, dtype, ndev),)
+        fns: tuple[Callable, ...] = (compiled(spec, dtype, ndev, included) if batched
+                                     else (compiled_vmapped(spec, dtype, ndev),))
         moments = compiled_moments(spec, ndev) if summary else None
         for i, size in enumerate(plan.sizes):
             a, b = int(starts[i]), int(starts[i + 1])
