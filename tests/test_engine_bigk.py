@@ -136,7 +136,7 @@ def test_seed_blocks_divide_the_chunk():
     assert seed_block(1031, 10**6, 2, np.float32) == 1  # 1031 is prime; a block of 1 seed fits
 
 
-@pytest.mark.parametrize("materialize", [False, True])
+@pytest.mark.parametrize("materialize", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_blocks_of_seeds_give_the_same_numbers(monkeypatch, materialize):
     # Reference: the same program with the chunk as one block (the default at this size), bit for
     # bit: blocks of 2 seeds (3 blocks of a 6-seed chunk) run the same operations per seed.
@@ -144,7 +144,7 @@ def test_blocks_of_seeds_give_the_same_numbers(monkeypatch, materialize):
 
     from poolsim._engine import estimates
 
-    spec, _ = experiments.spec("asymptotic", materialize=materialize, **BIG)
+    spec, _ = experiments.spec("asymptotic", materialize=materialize, Ks=(10, 150), n=20)
     draws = jax.jit(_engine.draw_batch, static_argnums=(0, 1))(spec, jnp.float32,
                                                                jnp.arange(6, dtype=jnp.uint32))
     med = None
@@ -166,10 +166,10 @@ def test_included_flags_are_formed_only_where_returned():
     # A run that does not return `included` (the frame's fields, summaries) uses an estimates
     # program without the (S, nK, K_max) flags: the same numbers in every other field (reference:
     # the full run), and the flags' bytes left out of the budget's per-seed estimate.
-    spec, _ = experiments.spec("asymptotic", **BIG)
+    spec, _ = experiments.spec("asymptotic", Ks=(10, 150), n=20)
     full = _engine.simulate(spec, np.arange(5))
     frame = _engine.simulate(spec, np.arange(5), fields=experiments.FRAME_FIELDS)
-    assert frame.included is None and full.included.shape == (5, 3, spec.K_max)
+    assert frame.included is None and full.included.shape == (5, 2, spec.K_max)
     for f in experiments.FRAME_FIELDS:
         np.testing.assert_array_equal(getattr(frame, f), getattr(full, f), err_msg=f)
     nK = len(spec.Ks)
