@@ -89,9 +89,13 @@ def prepare_domains(X: Any, counts: Any = None):
 
 
 def _prepare(X: Any, counts: Any):
-    """:func:`prepare_domains` plus ``k = pow2_exponent(X)`` -> ``(X, valid, counts, xp, k)``. On NumPy
-    the finiteness check and ``k`` come from the same two reductions (``min``, ``max``: NaN propagates
-    through both, so both are finite iff every value is)."""
+    """:func:`prepare_domains` plus ``k = pow2_exponent(X)`` -> ``(X, valid, counts, xp, k)``."""
+    X, valid, cnt, xp = _validate(X, counts)
+    return X, valid, cnt, xp, _finite_exponent(X, xp)
+
+
+def _validate(X: Any, counts: Any):
+    """:func:`prepare_domains` without the finiteness check of ``X`` (:func:`_finite_exponent` does it)."""
     try:
         xp = _core.namespace(X)
     except TypeError:
@@ -108,14 +112,6 @@ def _prepare(X: Any, counts: Any):
             raise ValueError(f"X has {name} = 0 (shape {tuple(X.shape)}); each of K, N, d must be >= 1")
     if not xp.isdtype(X.dtype, "real floating"):
         X = xp.astype(X, xp.asarray(0.0).dtype)  # the library's default float
-    if is_numpy_namespace(xp):
-        lo, hi = float(np.min(X)), float(np.max(X))
-        if not (math.isfinite(lo) and math.isfinite(hi)):  # the check's own error, without its cost when fine
-            _checks.finite("X", np.array([lo, hi]))
-        k = _exponent(max(-lo, hi), X.dtype)
-    else:
-        _checks.finite("X", X)
-        k = pow2_exponent(X)
     steps = xp.arange(N, dtype=X.dtype)
     if counts is None:
         cnt = xp.full((K,), float(N), dtype=X.dtype)
@@ -130,7 +126,20 @@ def _prepare(X: Any, counts: Any):
             raise ValueError(f"counts must be integers in [1, N={N}], got {c.tolist()}")
         cnt = asarray_like(X, c.astype(float))
     valid = xp.astype(steps[None, :] < cnt[:, None], X.dtype)
-    return X, valid, cnt, xp, k
+    return X, valid, cnt, xp
+
+
+def _finite_exponent(X: Any, xp) -> int:
+    """``ValueError`` naming ``X`` if it holds NaN or inf (skipped for a JAX tracer), else
+    :func:`pow2_exponent` of ``X``. On NumPy both come from the same two reductions (``min``, ``max``: NaN
+    propagates through both, so both are finite iff every value is)."""
+    if is_numpy_namespace(xp):
+        lo, hi = float(np.min(X)), float(np.max(X))
+        if not (math.isfinite(lo) and math.isfinite(hi)):  # the check's own error, without its cost when fine
+            _checks.finite("X", np.array([lo, hi]))
+        return _exponent(max(-lo, hi), X.dtype)
+    _checks.finite("X", X)
+    return pow2_exponent(X)
 
 
 def pow2_exponent(X: Any) -> int:
@@ -155,8 +164,13 @@ def _exponent(top: float, dtype) -> int:
     if top == 0.0 or not math.isfinite(top):
         return 0
     e = math.frexp(top)[1]  # top = f * 2**e, f in [0.5, 1)
-    q = np.finfo(dtype).maxexp // 4
+    q = _safe_q(dtype)
     return 0 if -q <= e <= q else -e
+
+
+def _safe_q(dtype) -> int:
+    """``q`` of :func:`pow2_exponent`'s safe range ``[2**-(q+1), 2**q)``: ``maxexp // 4`` of ``dtype``."""
+    return np.finfo(dtype).maxexp // 4
 
 
 def times_pow2(x: Any, k: int):
@@ -226,9 +240,44 @@ def naive_pool(X: Any, counts: Any = None) -> Pooled:
     """Naive pooling (Def. 1): the mean of every sample of every domain.
 
     ``X: (K, N, d)``, ``counts: (K,)`` -> ``Pooled(mean (d,), n_samples)``.
-    ``mean = sum_k sum_{i<N_k} x_{k,i} / sum_k N_k``.
+    ``mean = sum_k sum_{i<N_k} x_{k,i} / sum_k N_k``. NaN or inf anywhere in ``X`` (padding included) is a
+    ``ValueError``.
+
+    The sum is first taken as the data are, in one pass over ``X``. That mean stands where every component
+    is finite and the largest ``|component|`` is at least ``2**-q`` (``q`` as in :func:`pow2_exponent`:
+    ``2**-256`` for float64, ``2**-32`` for float32). Otherwise (NaN or inf in ``X``, which make the sum
+    NaN or inf even in padding, as ``0 * inf`` is NaN; a sum that overflowed; a zero or tiny mean) ``X`` is
+    checked and the mean recomputed on ``X * 2**pow2_exponent(X)``, the way the other strategies see the
+    data. Both ways give the same bits except where the scaled way would lose bits that the first keeps:
+    when ``X``'s largest ``|value|`` ``M`` (padding included) is at least ``2**q`` (so ``X`` would be scaled
+    down by ``2**-e``, ``M`` in ``[2**(e-1), 2**e)``) and a real sample's nonzero component, or the
+    exact mean of a component, is below ``2**(e + minexp)`` in magnitude (``minexp`` the dtype's smallest
+    normal exponent, -1022 for float64, -126 for float32; at most ``M * 2**-1021``, ``M * 2**-125``):
+    scaled, those values fall below the smallest normal number and lose low bits. There the mean returned
+    is the plain floating-point one, without that extra rounding. The same rule runs on every array
+    library; for an ``X`` traced by JAX (``jit``) the sum is taken as it is (values unknown).
     """
-    return Pooled(*_pooled_mean(*_prepare(X, counts)))
+    X, valid, cnt, xp = _validate(X, counts)
+    with np.errstate(over="ignore", invalid="ignore"):  # NumPy: overflow and inf - inf are caught below
+        mean, total = _pooled_mean(X, valid, cnt, xp, 0)
+    if _plain_mean_stands(mean):
+        return Pooled(mean, total)
+    k = _finite_exponent(X, xp)  # raises on NaN/inf in X; 0 for a traced X
+    return Pooled(mean, total) if k == 0 else Pooled(*_pooled_mean(X, valid, cnt, xp, k))
+
+
+def _plain_mean_stands(mean) -> bool:
+    """The unscaled pooled ``mean: (d,)`` is :func:`naive_pool`'s result: known (not traced), every
+    component finite and the largest ``|component|`` at least ``2**-q`` (:func:`pow2_exponent`'s ``q``).
+    Then ``X`` holds no NaN or inf (they would make the sum NaN or inf) and its largest ``|value|`` is at
+    least ``2**-(q+1)`` (no mean exceeds it by more than rounding), so :func:`pow2_exponent` would not
+    scale ``X`` up."""
+    if _checks.is_tracer(mean):
+        return False
+    m = _checks.to_numpy(mean)
+    if not np.all(np.isfinite(m)):
+        return False
+    return float(np.max(np.abs(m))) >= 2.0 ** -_safe_q(m.dtype)
 
 
 def as_key(key: Any):
