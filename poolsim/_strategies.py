@@ -90,12 +90,13 @@ def prepare_domains(X: Any, counts: Any = None):
 
 def _prepare(X: Any, counts: Any):
     """:func:`prepare_domains` plus ``k = pow2_exponent(X)`` -> ``(X, valid, counts, xp, k)``."""
-    X, valid, cnt, xp = _validate(X, counts)
-    return X, valid, cnt, xp, _finite_exponent(X, xp)
+    X, cnt, xp = _validate(X, counts)
+    return X, _valid_rows(X, cnt, xp), cnt, xp, _finite_exponent(X, xp)
 
 
 def _validate(X: Any, counts: Any):
-    """:func:`prepare_domains` without the finiteness check of ``X`` (:func:`_finite_exponent` does it)."""
+    """:func:`prepare_domains` without the finiteness check of ``X`` (:func:`_finite_exponent` does it) and
+    without ``valid`` (:func:`_valid_rows`) -> ``(X, counts, xp)``."""
     try:
         xp = _core.namespace(X)
     except TypeError:
@@ -112,7 +113,6 @@ def _validate(X: Any, counts: Any):
             raise ValueError(f"X has {name} = 0 (shape {tuple(X.shape)}); each of K, N, d must be >= 1")
     if not xp.isdtype(X.dtype, "real floating"):
         X = xp.astype(X, xp.asarray(0.0).dtype)  # the library's default float
-    steps = xp.arange(N, dtype=X.dtype)
     if counts is None:
         cnt = xp.full((K,), float(N), dtype=X.dtype)
     elif _checks.is_tracer(counts):
@@ -125,8 +125,12 @@ def _validate(X: Any, counts: Any):
         if not np.all(np.isfinite(c)) or np.any(c != np.round(c)) or c.min() < 1 or c.max() > N:
             raise ValueError(f"counts must be integers in [1, N={N}], got {c.tolist()}")
         cnt = asarray_like(X, c.astype(float))
-    valid = xp.astype(steps[None, :] < cnt[:, None], X.dtype)
-    return X, valid, cnt, xp
+    return X, cnt, xp
+
+
+def _valid_rows(X, cnt, xp):
+    """``valid: (K, N)`` 0/1 in ``X``'s dtype: row ``i`` of domain ``k`` is a real sample iff ``i < cnt[k]``."""
+    return xp.astype(xp.arange(X.shape[1], dtype=X.dtype)[None, :] < cnt[:, None], X.dtype)
 
 
 def _finite_exponent(X: Any, xp) -> int:
@@ -201,9 +205,10 @@ def _same_library(a: Any, X: Any) -> bool:
 
 
 def _masked(X, valid, xp):
-    """``valid[..., None] * X``; for a C-ordered NumPy ``X`` with every row valid ``X`` itself: the same
-    values in the same layout, so sums of it are the same bits, without a temporary the size of ``X``."""
-    if is_numpy_namespace(xp) and X.flags.c_contiguous and bool(np.all(valid)):
+    """``valid[..., None] * X``; for a C-ordered NumPy ``X`` with every row valid (``valid`` all ones, or
+    ``None`` from a caller that knows it) ``X`` itself: the same values in the same layout, so sums of it
+    are the same bits, without a temporary the size of ``X``."""
+    if valid is None or (is_numpy_namespace(xp) and X.flags.c_contiguous and bool(np.all(valid))):
         return X
     return valid[..., None] * X
 
@@ -231,7 +236,8 @@ def domain_means(X, valid, cnt):
 
 def _pooled_mean(X, valid, cnt, xp, k):
     """Def. 1's mean of the prepared domains (:func:`_prepare`, ``k`` its :func:`pow2_exponent`; 0 for
-    data in the safe range: computed as they are) -> ``(mean (d,), total count ())``."""
+    data in the safe range: computed as they are; ``valid`` ``None``: see :func:`_masked`) -> ``(mean (d,),
+    total count ())``."""
     total = xp.sum(cnt)
     return times_pow2(_sample_sum(_masked(times_pow2(X, k), valid, xp), xp) / total, -k), total
 
@@ -257,7 +263,9 @@ def naive_pool(X: Any, counts: Any = None) -> Pooled:
     is the plain floating-point one, without that extra rounding. The same rule runs on every array
     library; for an ``X`` traced by JAX (``jit``) the sum is taken as it is (values unknown).
     """
-    X, valid, cnt, xp = _validate(X, counts)
+    X, cnt, xp = _validate(X, counts)
+    # no counts and a C-ordered NumPy X: summed as it is, without a (K, N) valid array (see _masked)
+    valid = None if counts is None and is_numpy_namespace(xp) and X.flags.c_contiguous else _valid_rows(X, cnt, xp)
     with np.errstate(over="ignore", invalid="ignore"):  # NumPy: overflow and inf - inf are caught below
         mean, total = _pooled_mean(X, valid, cnt, xp, 0)
     if _plain_mean_stands(mean):
@@ -275,9 +283,8 @@ def _plain_mean_stands(mean) -> bool:
     if _checks.is_tracer(mean):
         return False
     m = _checks.to_numpy(mean)
-    if not np.all(np.isfinite(m)):
-        return False
-    return float(np.max(np.abs(m))) >= 2.0 ** -_safe_q(m.dtype)
+    top = float(np.max(np.abs(m)))  # NaN if any component is NaN
+    return math.isfinite(top) and top >= 2.0 ** -_safe_q(m.dtype)
 
 
 def as_key(key: Any):
