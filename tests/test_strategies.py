@@ -345,8 +345,8 @@ def test_integer_X_is_pooled_in_the_library_default_float(backend):
 
 
 def test_numpy_fast_paths_give_the_array_api_bits(rng, monkeypatch):
-    """On NumPy input the median selects instead of sorting and full C-ordered domains are summed without
-    a masked copy; the oracle is the array-API code path the other libraries take, run on the same NumPy
+    """On NumPy input the median selects instead of sorting, full C-ordered domains are summed without
+    a masked copy and naive_pool without counts skips the array-API layer; the oracle is the array-API code path the other libraries take, run on the same NumPy
     arrays (the fast paths switched off): equal bit for bit, at both levels, both inits, every metric,
     ragged and full, C and Fortran order, float32 and float64, and data scaled far from 1."""
     from poolsim import _core, _strategies
@@ -367,6 +367,7 @@ def test_numpy_fast_paths_give_the_array_api_bits(rng, monkeypatch):
     fast = [run(*case) for case in cases]
     monkeypatch.setattr(_core, "is_numpy_namespace", lambda xp: False)
     monkeypatch.setattr(_strategies, "is_numpy_namespace", lambda xp: False)
+    monkeypatch.setattr(_strategies, "_numpy_plain_pool", lambda X: None)
     for case, want in zip(cases, fast):
         got = run(*case)
         assert len(got) == len(want)
@@ -540,6 +541,7 @@ def test_naive_pool_mixed_scales_documented_behaviour(backend, monkeypatch):
 
         monkeypatch.setattr(_core, "is_numpy_namespace", lambda xp: False)
         monkeypatch.setattr(_strategies, "is_numpy_namespace", lambda xp: False)
+        monkeypatch.setattr(_strategies, "_numpy_plain_pool", lambda X: None)
     conv = BACKENDS["numpy" if backend == "numpy array-API" else backend]
     col = np.array([2.0 ** 40, -(2.0 ** 40), 2.0 ** -100 + 2.0 ** -120], np.float32)
     alone = _host(poolsim.naive_pool(conv(col.reshape(1, 3, 1))).mean)
