@@ -89,9 +89,14 @@ def prepare_domains(X: Any, counts: Any = None):
 
 
 def _prepare(X: Any, counts: Any):
-    """:func:`prepare_domains` plus ``k = pow2_exponent(X)`` -> ``(X, valid, counts, xp, k)``. On NumPy
-    the finiteness check and ``k`` come from the same two reductions (``min``, ``max``: NaN propagates
-    through both, so both are finite iff every value is)."""
+    """:func:`prepare_domains` plus ``k = pow2_exponent(X)`` -> ``(X, valid, counts, xp, k)``."""
+    X, cnt, xp = _validate(X, counts)
+    return X, _valid_rows(X, cnt, xp), cnt, xp, _finite_exponent(X, xp)
+
+
+def _validate(X: Any, counts: Any):
+    """:func:`prepare_domains` without the finiteness check of ``X`` (:func:`_finite_exponent` does it) and
+    without ``valid`` (:func:`_valid_rows`) -> ``(X, counts, xp)``."""
     try:
         xp = _core.namespace(X)
     except TypeError:
@@ -108,15 +113,6 @@ def _prepare(X: Any, counts: Any):
             raise ValueError(f"X has {name} = 0 (shape {tuple(X.shape)}); each of K, N, d must be >= 1")
     if not xp.isdtype(X.dtype, "real floating"):
         X = xp.astype(X, xp.asarray(0.0).dtype)  # the library's default float
-    if is_numpy_namespace(xp):
-        lo, hi = float(np.min(X)), float(np.max(X))
-        if not (math.isfinite(lo) and math.isfinite(hi)):  # the check's own error, without its cost when fine
-            _checks.finite("X", np.array([lo, hi]))
-        k = _exponent(max(-lo, hi), X.dtype)
-    else:
-        _checks.finite("X", X)
-        k = pow2_exponent(X)
-    steps = xp.arange(N, dtype=X.dtype)
     if counts is None:
         cnt = xp.full((K,), float(N), dtype=X.dtype)
     elif _checks.is_tracer(counts):
@@ -129,8 +125,25 @@ def _prepare(X: Any, counts: Any):
         if not np.all(np.isfinite(c)) or np.any(c != np.round(c)) or c.min() < 1 or c.max() > N:
             raise ValueError(f"counts must be integers in [1, N={N}], got {c.tolist()}")
         cnt = asarray_like(X, c.astype(float))
-    valid = xp.astype(steps[None, :] < cnt[:, None], X.dtype)
-    return X, valid, cnt, xp, k
+    return X, cnt, xp
+
+
+def _valid_rows(X, cnt, xp):
+    """``valid: (K, N)`` 0/1 in ``X``'s dtype: row ``i`` of domain ``k`` is a real sample iff ``i < cnt[k]``."""
+    return xp.astype(xp.arange(X.shape[1], dtype=X.dtype)[None, :] < cnt[:, None], X.dtype)
+
+
+def _finite_exponent(X: Any, xp) -> int:
+    """``ValueError`` naming ``X`` if it holds NaN or inf (skipped for a JAX tracer), else
+    :func:`pow2_exponent` of ``X``. On NumPy both come from the same two reductions (``min``, ``max``: NaN
+    propagates through both, so both are finite iff every value is)."""
+    if is_numpy_namespace(xp):
+        lo, hi = float(np.min(X)), float(np.max(X))
+        if not (math.isfinite(lo) and math.isfinite(hi)):  # the check's own error, without its cost when fine
+            _checks.finite("X", np.array([lo, hi]))
+        return _exponent(max(-lo, hi), X.dtype)
+    _checks.finite("X", X)
+    return pow2_exponent(X)
 
 
 def pow2_exponent(X: Any) -> int:
@@ -155,8 +168,13 @@ def _exponent(top: float, dtype) -> int:
     if top == 0.0 or not math.isfinite(top):
         return 0
     e = math.frexp(top)[1]  # top = f * 2**e, f in [0.5, 1)
-    q = np.finfo(dtype).maxexp // 4
+    q = _safe_q(dtype)
     return 0 if -q <= e <= q else -e
+
+
+def _safe_q(dtype) -> int:
+    """``q`` of :func:`pow2_exponent`'s safe range ``[2**-(q+1), 2**q)``: ``maxexp // 4`` of ``dtype``."""
+    return np.finfo(dtype).maxexp // 4
 
 
 def times_pow2(x: Any, k: int):
@@ -187,9 +205,10 @@ def _same_library(a: Any, X: Any) -> bool:
 
 
 def _masked(X, valid, xp):
-    """``valid[..., None] * X``; for a C-ordered NumPy ``X`` with every row valid ``X`` itself: the same
-    values in the same layout, so sums of it are the same bits, without a temporary the size of ``X``."""
-    if is_numpy_namespace(xp) and X.flags.c_contiguous and bool(np.all(valid)):
+    """``valid[..., None] * X``; for a C-ordered NumPy ``X`` with every row valid (``valid`` all ones, or
+    ``None`` from a caller that knows it) ``X`` itself: the same values in the same layout, so sums of it
+    are the same bits, without a temporary the size of ``X``."""
+    if valid is None or (is_numpy_namespace(xp) and X.flags.c_contiguous and bool(np.all(valid))):
         return X
     return valid[..., None] * X
 
@@ -217,7 +236,8 @@ def domain_means(X, valid, cnt):
 
 def _pooled_mean(X, valid, cnt, xp, k):
     """Def. 1's mean of the prepared domains (:func:`_prepare`, ``k`` its :func:`pow2_exponent`; 0 for
-    data in the safe range: computed as they are) -> ``(mean (d,), total count ())``."""
+    data in the safe range: computed as they are; ``valid`` ``None``: see :func:`_masked`) -> ``(mean (d,),
+    total count ())``."""
     total = xp.sum(cnt)
     return times_pow2(_sample_sum(_masked(times_pow2(X, k), valid, xp), xp) / total, -k), total
 
@@ -226,9 +246,63 @@ def naive_pool(X: Any, counts: Any = None) -> Pooled:
     """Naive pooling (Def. 1): the mean of every sample of every domain.
 
     ``X: (K, N, d)``, ``counts: (K,)`` -> ``Pooled(mean (d,), n_samples)``.
-    ``mean = sum_k sum_{i<N_k} x_{k,i} / sum_k N_k``.
+    ``mean = sum_k sum_{i<N_k} x_{k,i} / sum_k N_k``. NaN or inf anywhere in ``X`` (padding included) is a
+    ``ValueError``.
+
+    The sum is first taken as the data are, in one pass over ``X``. That mean stands where every component
+    is finite and the largest ``|component|`` is at least ``2**-q`` (``q`` as in :func:`pow2_exponent`:
+    ``2**-256`` for float64, ``2**-32`` for float32). Otherwise (NaN or inf in ``X``, which make the sum
+    NaN or inf even in padding, as ``0 * inf`` is NaN; a sum that overflowed; a zero or tiny mean) ``X`` is
+    checked and the mean recomputed on ``X * 2**pow2_exponent(X)``, the way the other strategies see the
+    data. Both ways give the same bits except where the scaled way would lose bits that the first keeps:
+    when ``X``'s largest ``|value|`` ``M`` (padding included) is at least ``2**q`` (so ``X`` would be scaled
+    down by ``2**-e``, ``M`` in ``[2**(e-1), 2**e)``) and a real sample's nonzero component, or the
+    exact mean of a component, is below ``2**(e + minexp)`` in magnitude (``minexp`` the dtype's smallest
+    normal exponent, -1022 for float64, -126 for float32; at most ``M * 2**-1021``, ``M * 2**-125``):
+    scaled, those values fall below the smallest normal number and lose low bits. There the mean returned
+    is the plain floating-point one, without that extra rounding. The same rule runs on every array
+    library; for an ``X`` traced by JAX (``jit``) the sum is taken as it is (values unknown).
     """
-    return Pooled(*_pooled_mean(*_prepare(X, counts)))
+    plain = _numpy_plain_pool(X) if counts is None else None
+    if plain is not None and _plain_mean_stands(plain[0]):
+        return Pooled(*plain)
+    X, cnt, xp = _validate(X, counts)
+    # no counts and a C-ordered NumPy X: summed as it is, without a (K, N) valid array (see _masked)
+    valid = None if counts is None and is_numpy_namespace(xp) and X.flags.c_contiguous else _valid_rows(X, cnt, xp)
+    if plain is None:
+        with np.errstate(over="ignore", invalid="ignore"):  # NumPy: overflow and inf - inf are caught below
+            plain = _pooled_mean(X, valid, cnt, xp, 0)
+        if _plain_mean_stands(plain[0]):
+            return Pooled(*plain)
+    k = _finite_exponent(X, xp)  # raises on NaN/inf in X; 0 for a traced X
+    return Pooled(*plain) if k == 0 else Pooled(*_pooled_mean(X, valid, cnt, xp, k))
+
+
+def _numpy_plain_pool(X):
+    """:func:`_pooled_mean` of a C-ordered NumPy ``X: (K, N, d)`` of floats with every row valid, ``k = 0``,
+    without the array-API layer and the checks (their fixed cost, ~50 us with the caches cold after the pass
+    over a large ``X``, is what the plain loop does not pay) -> ``(mean, total)``, or ``None`` for any other
+    ``X``. The same sum; the same total ``K N`` (the general path sums K copies of N: every partial sum is an
+    integer at most ``K N <= 2**(nmant+1)``, so exact)."""
+    if not (type(X) is np.ndarray and X.ndim == 3 and X.size and X.dtype.kind == "f" and X.flags.c_contiguous
+            and X.shape[0] * X.shape[1] <= 2 ** (np.finfo(X.dtype).nmant + 1)):
+        return None
+    total = X.dtype.type(X.shape[0] * X.shape[1])
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow and inf - inf: the caller's check sees them
+        return _sample_sum(X, np) / total, total
+
+
+def _plain_mean_stands(mean) -> bool:
+    """The unscaled pooled ``mean: (d,)`` is :func:`naive_pool`'s result: known (not traced), every
+    component finite and the largest ``|component|`` at least ``2**-q`` (:func:`pow2_exponent`'s ``q``).
+    Then ``X`` holds no NaN or inf (they would make the sum NaN or inf) and its largest ``|value|`` is at
+    least ``2**-(q+1)`` (no mean exceeds it by more than rounding), so :func:`pow2_exponent` would not
+    scale ``X`` up."""
+    if _checks.is_tracer(mean):
+        return False
+    m = _checks.to_numpy(mean)
+    top = float(abs(m).max())  # NaN if any component is NaN
+    return math.isfinite(top) and top >= 2.0 ** -_safe_q(m.dtype)
 
 
 def as_key(key: Any):

@@ -32,27 +32,46 @@ PARITY = np.uint32(0x1BD11BDA)
 # words hashed per NumPy pass: the ~100 temporaries of one chunk stay in cache (measured 3-5x faster per
 # word than whole-array passes at 10^6 words on the 2-core CPU)
 _CHUNK = 1 << 14
+# counters hashed as Python ints rather than arrays (a split's two keys): ~8 us each, against ~65 us for
+# one NumPy pass of any small size, on the 2-core CPU
+_FEW = 6
 # environment variables that change the JAX settings read here (JAX reads them when it is imported)
 _JAX_ENV = ("JAX_ENABLE_X64", "JAX_THREEFRY_PARTITIONABLE", "JAX_DEFAULT_PRNG_IMPL")
 
 
 def threefry2x32(k1, k2, x1, x2):
     """The Threefry-2x32 hash (20 rounds) of counters ``(x1, x2)`` under key ``(k1, k2)``, all uint32
-    arrays (broadcast; NumPy or jax.numpy). Returns ``(y1, y2)``. NumPy callers pass arrays, not scalars:
-    uint32 scalar arithmetic that wraps around warns, array arithmetic wraps silently."""
-    ks = (k1, k2, k1 ^ k2 ^ PARITY)
-    x1, x2 = x1 + ks[0], x2 + ks[1]
+    arrays (broadcast; NumPy or jax.numpy), or all Python ints in ``[0, 2**32)`` (one counter pair, wrapped
+    to 32 bits here: a few pairs hash ~7x faster so than as NumPy arrays, where each of the ~120 operations
+    is a NumPy call). Returns ``(y1, y2)``. NumPy callers pass arrays, not NumPy scalars: uint32 scalar
+    arithmetic that wraps around warns, array arithmetic wraps silently."""
+    wrap, const = (_low32, int) if isinstance(x1, int) else (_same, np.uint32)
+    ks = (k1, k2, k1 ^ k2 ^ const(PARITY))
+    x1, x2 = wrap(x1 + ks[0]), wrap(x2 + ks[1])
     for i in range(5):
         for r in ROTATIONS[i % 2]:
-            x1 = x1 + x2
-            x2 = ((x2 << np.uint32(r)) | (x2 >> np.uint32(32 - r))) ^ x1
-        x1 = x1 + ks[(i + 1) % 3]
-        x2 = x2 + ks[(i + 2) % 3] + np.uint32(i + 1)
+            x1 = wrap(x1 + x2)
+            x2 = (wrap(x2 << const(r)) | (x2 >> const(32 - r))) ^ x1
+        x1 = wrap(x1 + ks[(i + 1) % 3])
+        x2 = wrap(x2 + ks[(i + 2) % 3] + const(i + 1))
     return x1, x2
 
 
+def _low32(x: int) -> int:
+    return x & 0xFFFFFFFF
+
+
+def _same(x):
+    return x
+
+
 def _hash(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """``threefry2x32(key, (0, i))`` for ``i < size`` (``size < 2**32``), in cache-sized chunks."""
+    """``threefry2x32(key, (0, i))`` for ``i < size`` (``size < 2**32``): up to ``_FEW`` counters as Python
+    ints, more in cache-sized chunks of arrays."""
+    if size <= _FEW:
+        k1, k2 = int(key[0]), int(key[1])
+        h1, h2 = zip(*(threefry2x32(k1, k2, 0, i) for i in range(size))) if size else ((), ())
+        return np.array(h1, np.uint32), np.array(h2, np.uint32)
     k1, k2 = key[:1], key[1:2]
     h1 = np.empty(size, np.uint32)
     h2 = np.empty(size, np.uint32)
@@ -69,29 +88,66 @@ def split(key: np.ndarray, num: int = 2) -> np.ndarray:
 
 def random_bits(key: np.ndarray, bit_width: int, size: int) -> np.ndarray:
     """``size`` words of ``bit_width`` (32 or 64) bits of ``key``'s stream, as JAX's ``random_bits``."""
-    h1, h2 = _hash(key, size)
-    if bit_width == 64:
-        return (h1.astype(np.uint64) << np.uint64(32)) | h2.astype(np.uint64)
-    return h1 ^ h2
+    return _random_words([(key, bit_width, size)])[0]
+
+
+def _random_words(requests: list) -> list[np.ndarray]:
+    """:func:`random_bits` of each ``(key, bit_width, size)`` in ``requests``. Requests of more than
+    ``_FEW`` words that add up to at most ``_CHUNK`` go through one hash, each counter with its request's
+    key: a small hash costs its ~120 NumPy calls whatever its size, so they are paid once, not per request."""
+    hashed: list = [None] * len(requests)
+    batch = [i for i, (_, _, size) in enumerate(requests) if size > _FEW]
+    sizes = [requests[i][2] for i in batch]
+    if len(batch) > 1 and sum(sizes) <= _CHUNK:
+        keys = np.array([requests[i][0] for i in batch], np.uint32)
+        k1, k2 = np.repeat(keys[:, 0], sizes), np.repeat(keys[:, 1], sizes)
+        lo = np.concatenate([np.arange(size, dtype=np.uint32) for size in sizes])
+        h1, h2 = threefry2x32(k1, k2, np.zeros_like(lo), lo)
+        cuts = np.cumsum(sizes)[:-1]
+        for i, a, b in zip(batch, np.split(h1, cuts), np.split(h2, cuts)):
+            hashed[i] = (a, b)
+    out = []
+    for (key, bit_width, size), h in zip(requests, hashed):
+        h1, h2 = _hash(key, size) if h is None else h
+        out.append((h1.astype(np.uint64) << np.uint64(32)) | h2.astype(np.uint64) if bit_width == 64 else h1 ^ h2)
+    return out
 
 
 def permutation(key: np.ndarray, n: int) -> np.ndarray:
     """``jax.random.permutation(key, n)``: ``ceil(3 ln n / ln(2**32 - 1))`` rounds, each a stable sort of
     the values by fresh 32-bit words (JAX's ``_shuffle``) -> ``(n,)`` int64."""
-    x = np.arange(n)
-    rounds = int(np.ceil(3 * np.log(max(1, n)) / np.log(np.iinfo(np.uint32).max)))
-    for _ in range(rounds):
+    return _shuffled(n, _random_words([(sub, 32, n) for sub in _round_keys(key, n)]))
+
+
+def _round_keys(key: np.ndarray, n: int) -> list[np.ndarray]:
+    """The keys of :func:`permutation`'s rounds: each round splits its key off the previous one."""
+    subs = []
+    for _ in range(int(np.ceil(3 * np.log(max(1, n)) / np.log(np.iinfo(np.uint32).max)))):
         key, sub = split(key)
-        x = x[np.argsort(random_bits(sub, 32, n), kind="stable")]
+        subs.append(sub)
+    return subs
+
+
+def _shuffled(n: int, words: list[np.ndarray]) -> np.ndarray:
+    """``arange(n)`` stably sorted by each round's 32-bit ``words: (n,)`` in turn."""
+    x = np.arange(n)
+    for w in words:
+        x = x[np.argsort(w, kind="stable")]
     return x
 
 
 def uniform(key: np.ndarray, size: int, dtype) -> np.ndarray:
     """``jax.random.uniform(key, (size,), dtype)`` on [0, 1) for float32 or float64."""
     dtype = np.dtype(dtype)
+    return _to_uniform(random_bits(key, 8 * dtype.itemsize, size), dtype)
+
+
+def _to_uniform(bits: np.ndarray, dtype) -> np.ndarray:
+    """Words of ``dtype``'s width -> :func:`uniform`'s floats: the top mantissa bits of a float in [1, 2), less 1."""
+    dtype = np.dtype(dtype)
     nbits, nmant = 8 * dtype.itemsize, np.finfo(dtype).nmant
     uint = np.dtype(f"uint{nbits}")
-    bits = (random_bits(key, nbits, size) >> uint.type(nbits - nmant)) | np.array(1.0, dtype).view(uint)
+    bits = (bits >> uint.type(nbits - nmant)) | np.array(1.0, dtype).view(uint)
     return bits.view(dtype) - dtype.type(1.0)
 
 
@@ -102,10 +158,14 @@ def subsample_draw(key: np.ndarray, counts: np.ndarray, m: int, n: int, dtype) -
     (float64 under ``jax_enable_x64``, else float32) -> ``(domains (m,), indices (m, n))`` int64: ``m``
     distinct domains (the first ``m`` of a permutation), then ``n`` indices per domain, each
     ``min(floor(u * counts[k]), counts[k] - 1)`` for a uniform ``u`` computed in ``dtype``."""
+    dtype = np.dtype(dtype)
     kd, ks = split(np.asarray(key, np.uint32))
-    domains = permutation(kd, counts.shape[0])[:m]
+    K = counts.shape[0]
+    # the permutation's words and the uniforms' do not depend on each other: requested together
+    *rounds, bits = _random_words([(sub, 32, K) for sub in _round_keys(kd, K)] + [(ks, 8 * dtype.itemsize, m * n)])
+    domains = _shuffled(K, rounds)[:m]
     size = np.asarray(counts)[domains].astype(np.int32)
-    u = uniform(ks, m * n, dtype).reshape(m, n)
+    u = _to_uniform(bits, dtype).reshape(m, n)
     idx = np.minimum(np.floor(u * size.astype(dtype)[:, None]).astype(np.int32), size[:, None] - 1)
     return domains.astype(np.int64), idx.astype(np.int64)
 

@@ -345,8 +345,8 @@ def test_integer_X_is_pooled_in_the_library_default_float(backend):
 
 
 def test_numpy_fast_paths_give_the_array_api_bits(rng, monkeypatch):
-    """On NumPy input the median selects instead of sorting and full C-ordered domains are summed without
-    a masked copy; the oracle is the array-API code path the other libraries take, run on the same NumPy
+    """On NumPy input the median selects instead of sorting, full C-ordered domains are summed without
+    a masked copy and naive_pool without counts skips the array-API layer; the oracle is the array-API code path the other libraries take, run on the same NumPy
     arrays (the fast paths switched off): equal bit for bit, at both levels, both inits, every metric,
     ragged and full, C and Fortran order, float32 and float64, and data scaled far from 1."""
     from poolsim import _core, _strategies
@@ -367,6 +367,7 @@ def test_numpy_fast_paths_give_the_array_api_bits(rng, monkeypatch):
     fast = [run(*case) for case in cases]
     monkeypatch.setattr(_core, "is_numpy_namespace", lambda xp: False)
     monkeypatch.setattr(_strategies, "is_numpy_namespace", lambda xp: False)
+    monkeypatch.setattr(_strategies, "_numpy_plain_pool", lambda X: None)
     for case, want in zip(cases, fast):
         got = run(*case)
         assert len(got) == len(want)
@@ -379,7 +380,8 @@ def test_pooled_sum_of_two_dimensional_data_is_numpys_sum_bit_for_bit(rng):
     """For ``d = 2`` NumPy input the pooled sum is a ``cumsum`` along the rows; the oracle is
     ``np.sum(axis=(0, 1))`` on the same array: equal bit for bit where the order of the additions shows
     (mixed scales with cancellation, signed zeros, subnormals, sums near overflow), in float32 and
-    float64, and ``naive_pool`` equals the same sum over the count: scaled data, ragged counts and
+    float64, and ``naive_pool`` equals the same sum over the count (or, where its docstring says the
+    plain mean does not stand, the same sum of the data scaled by ``pow2_exponent``): ragged counts and
     NaN/inf (the same error) included."""
     from poolsim import _strategies
 
@@ -396,9 +398,11 @@ def test_pooled_sum_of_two_dimensional_data_is_numpys_sum_bit_for_bit(rng):
             want = np.sum(X, axis=(0, 1))
             np.testing.assert_array_equal(_strategies._sample_sum(X, np), want)
             assert np.array_equal(np.signbit(_strategies._sample_sum(X, np)), np.signbit(want))
+            total = dtype(X.shape[0] * X.shape[1])
             k = _strategies.pow2_exponent(X)
-            expected = _strategies.times_pow2(np.sum(_strategies.times_pow2(X, k), axis=(0, 1))
-                                              / dtype(X.shape[0] * X.shape[1]), -k)
+            expected = want / total
+            if not _plain_mean_stands(expected):
+                expected = _strategies.times_pow2(np.sum(_strategies.times_pow2(X, k), axis=(0, 1)) / total, -k)
             np.testing.assert_array_equal(poolsim.naive_pool(X).mean, expected)
         X = arrays[0].astype(dtype)
         counts = rng.integers(1, 101, size=50)
@@ -411,3 +415,144 @@ def test_pooled_sum_of_two_dimensional_data_is_numpys_sum_bit_for_bit(rng):
                 Y[where] = bad
                 with pytest.raises(ValueError, match="X"):
                     poolsim.naive_pool(Y)
+
+
+# ---------------------------------------------------------------- naive_pool: the plain sum first
+def _plain_mean_stands(mean):
+    """naive_pool's rule (its docstring): the unscaled mean stands where every component is finite and the
+    largest |component| is at least 2**-q, q = maxexp // 4 of the dtype (256 for float64, 32 for float32)."""
+    mean = np.asarray(mean)
+    q = np.finfo(mean.dtype).maxexp // 4
+    return bool(np.all(np.isfinite(mean))) and float(np.max(np.abs(mean))) >= 2.0 ** -q
+
+
+def _scaled_pool(X, counts=None):
+    """Oracle: the pooled mean computed on X * 2**pow2_exponent(X) (the scaled path every strategy takes)
+    with np.sum over the masked samples, scaled back; ``valid * X`` as naive_pool forms it (the same layout,
+    hence NumPy's same order of additions)."""
+    from poolsim._strategies import pow2_exponent, times_pow2
+
+    K, N, _ = X.shape
+    cnt = np.full(K, N) if counts is None else np.asarray(counts)
+    valid = (np.arange(N)[None, :] < cnt[:, None]).astype(X.dtype)
+    k = pow2_exponent(X)
+    Xk = times_pow2(X, k)
+    A = valid[..., None] * Xk  # for a C-ordered X with every row valid: X's values in X's layout
+    return times_pow2(np.sum(A, axis=(0, 1)) / X.dtype.type(cnt.sum()), -k)
+
+
+SAFE = [((50, 100, 2), np.float64, 1.0), ((50, 100, 2), np.float32, 1.0), ((7, 30, 3), np.float64, 2.0 ** -200),
+        ((20, 10, 64), np.float32, 2.0 ** -20), ((20, 10, 64), np.float64, 1e3),
+        # largest |value| >= 2**q: the oracle scales these down (by 2**-42, 2**-305) yet no value gets near
+        # the smallest normal, so the bits agree
+        ((7, 30, 3), np.float32, 1e12), ((20, 10, 64), np.float64, 1e90)]
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "reversed"])
+@pytest.mark.parametrize("ragged", [False, True], ids=["full", "ragged"])
+@pytest.mark.parametrize("shape,dtype,scale", SAFE, ids=[f"{s}-{np.dtype(t).name}-{c:g}" for s, t, c in SAFE])
+def test_naive_pool_plain_sum_is_the_scaled_paths_bits(shape, dtype, scale, ragged, layout):
+    """Away from the smallest normal number the plain sum and the sum of X scaled by an exact power of two are
+    the same additions, rounded alike (docstring of naive_pool): equal bit for bit to the scaled oracle, for
+    d = 2 (cumsum path) and d >= 3, full and ragged counts, C, Fortran and reversed-stride layouts."""
+    rng = np.random.default_rng(sum(shape))
+    K, N, d = shape
+    X = (scale * (rng.normal(size=shape) + rng.normal(size=(K, 1, d)))).astype(dtype)
+    X = {"C": X, "F": np.asfortranarray(X), "reversed": X[::-1, ::-1]}[layout]
+    counts = rng.integers(1, N + 1, size=K) if ragged else None
+    res = poolsim.naive_pool(X, counts=counts)
+    want = _scaled_pool(X, counts)
+    assert res.mean.dtype == want.dtype
+    np.testing.assert_array_equal(res.mean, want)
+    assert float(res.n_samples) == (K * N if counts is None else counts.sum())
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("where", ["sample", "padding"])
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "inf and -inf"])
+def test_naive_pool_non_finite_X_raises_even_in_padding(bad, where, d, backend):
+    """NaN/inf anywhere in X is a ValueError naming X, also where it sits beyond counts (padding: 0 * inf
+    is NaN, so the plain sum is not finite) and where +inf and -inf would cancel to NaN."""
+    X = _data()[:, :, :d].copy()
+    pos = (1, 0, 0) if where == "sample" else (4, 3, 0)  # COUNTS[4] = 2: row 3 of domain 4 is padding
+    if bad == "inf and -inf":
+        X[pos], X[(0, 0, 0) if where == "sample" else (1, 4, 0)] = np.inf, -np.inf  # COUNTS[1] = 3
+    else:
+        X[pos] = float(bad)
+    counts = None if where == "sample" else COUNTS
+    with pytest.raises(ValueError, match=r"\bX\b.*finite"):
+        poolsim.naive_pool(BACKENDS[backend](X), counts=None if counts is None else BACKENDS[backend](counts))
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("d", [2, 5])
+def test_naive_pool_falls_back_when_the_plain_float32_sum_overflows(d, backend):
+    """float32 values near 3e38: the plain sum overflows to inf (no warning), naive_pool falls back to the
+    scaled sum and returns the finite mean. Reference: the same mean computed in float64 (rounded once to
+    float32: within float32 rounding of the scaled float32 sums, rtol 1e-6 for 6 * 4 terms)."""
+    rng = np.random.default_rng(d)
+    X = (3e38 * rng.uniform(0.5, 1.0, size=(6, 4, d)) * np.where(rng.random((1, 1, d)) < 0.5, 1, -1))
+    X = X.astype(np.float32)
+    with np.errstate(over="ignore"):
+        assert not np.all(np.isfinite(np.sum(X, axis=(0, 1))))  # the plain sum overflows
+    mean = _host(poolsim.naive_pool(BACKENDS[backend](X)).mean)
+    assert mean.dtype == np.float32 and np.all(np.isfinite(mean))
+    np.testing.assert_allclose(mean, X.astype(np.float64).mean(axis=(0, 1)), rtol=1e-6)
+    if backend == "numpy":
+        np.testing.assert_array_equal(mean, _scaled_pool(X))
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("shape", [(3, 4, 2), (3, 4, 5)])
+def test_naive_pool_of_all_zero_X_is_zero(shape, backend):
+    """Mean of zeros: 0 (the definition), not NaN; the zero mean takes the fallback (exponent 0 for zeros)."""
+    res = poolsim.naive_pool(BACKENDS[backend](np.zeros(shape)), counts=BACKENDS[backend](np.array([4, 1, 2])))
+    np.testing.assert_array_equal(_host(res.mean), np.zeros(shape[-1]))
+    assert float(_host(res.n_samples)) == 7
+
+
+@pytest.mark.parametrize("dtype,q", [(np.float64, 256), (np.float32, 32)])
+@pytest.mark.parametrize("offset", [-3, -2, -1, 0, 1])
+def test_naive_pool_near_the_threshold_2_to_the_minus_q(dtype, q, offset):
+    """Data of magnitude 2**(offset - q), around the threshold 2**-q below which the plain mean does not stand
+    (and below 2**-(q+1) X is scaled up, pow2_exponent): mantissas in [1, 2) with random low bits, a mean
+    of the data's size. On either side the result is the scaled oracle's bits, and within float rounding
+    (30 terms, rtol 8 eps) of the float64 mean of the same values."""
+    rng = np.random.default_rng(q - offset)
+    X = np.ldexp(rng.uniform(1.0, 2.0, size=(5, 6, 3)), offset - q).astype(dtype)
+    mean = poolsim.naive_pool(X).mean
+    np.testing.assert_array_equal(mean, _scaled_pool(X))
+    np.testing.assert_allclose(mean, X.astype(np.float64).mean(axis=(0, 1)), rtol=8 * np.finfo(dtype).eps)
+    assert _plain_mean_stands(mean) == (offset >= 0)  # the data sit on the intended side of 2**-q
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS) + ["numpy array-API"])
+def test_naive_pool_mixed_scales_documented_behaviour(backend, monkeypatch):
+    """X = [2^40, -2^40, 2^-100 + 2^-120] (float32; benchmarks/RESULTS.md). Alone (d = 1) the mean,
+    2^-100 / 3, is below 2^-32: the plain mean does not stand and the result is the scaled one, 85 * 2^-108
+    (by hand: scaled by 2^-41, 2^-141 + 2^-161 is a subnormal rounded to 2^-141 (quantum 2^-149), / 3 rounds
+    to 85 * 2^-149, times 2^41). Beside a component of ones (d = 2) the mean stands; the first component is
+    then the plain float32 mean (2^-100 + 2^-120) / 3 rounded once (computed in float64, exact to 2^-53):
+    the documented case where the result is not the scaled one. The same values on every backend and on
+    NumPy arrays through the array-API code (except the scaled d = 1 case on JAX, see below)."""
+    if backend == "numpy array-API":
+        from poolsim import _core, _strategies
+
+        monkeypatch.setattr(_core, "is_numpy_namespace", lambda xp: False)
+        monkeypatch.setattr(_strategies, "is_numpy_namespace", lambda xp: False)
+        monkeypatch.setattr(_strategies, "_numpy_plain_pool", lambda X: None)
+    conv = BACKENDS["numpy" if backend == "numpy array-API" else backend]
+    col = np.array([2.0 ** 40, -(2.0 ** 40), 2.0 ** -100 + 2.0 ** -120], np.float32)
+    alone = _host(poolsim.naive_pool(conv(col.reshape(1, 3, 1))).mean)
+    # JAX on the CPU flushes subnormal results to zero (XLA's setting): its scaled path gives 0 here
+    assert alone.dtype == np.float32 and alone[0] == (0.0 if backend == "jax" else np.float32(85 * 2.0 ** -108))
+    pair = np.stack([col, np.ones(3, np.float32)], axis=1).reshape(1, 3, 2)
+    mean = _host(poolsim.naive_pool(conv(pair)).mean)
+    want = np.array([(2.0 ** -100 + 2.0 ** -120) / 3, 1.0], np.float32)
+    if backend == "jax":  # XLA's float32 division is within one unit in the last place of the rounded quotient
+        np.testing.assert_allclose(mean, want, rtol=np.finfo(np.float32).eps, atol=0)
+    else:
+        np.testing.assert_array_equal(mean, want)
+    if backend == "numpy":
+        assert _scaled_pool(pair)[0] == np.float32(85 * 2.0 ** -108)  # what the scaled path would give
