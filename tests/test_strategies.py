@@ -556,3 +556,52 @@ def test_naive_pool_mixed_scales_documented_behaviour(backend, monkeypatch):
         np.testing.assert_array_equal(mean, want)
     if backend == "numpy":
         assert _scaled_pool(pair)[0] == np.float32(85 * 2.0 ** -108)  # what the scaled path would give
+
+
+def _scaled_subsample_mean(X, flat_idx):
+    """Oracle: the mean of the picked rows scaled by 2**pow2_exponent(X), scaled back (the scaled path)."""
+    from poolsim._strategies import pow2_exponent, times_pow2
+
+    k = pow2_exponent(X)
+    picked = times_pow2(X.reshape(-1, X.shape[-1])[flat_idx], k)
+    return times_pow2(np.mean(picked, axis=0), -k)
+
+
+@pytest.mark.parametrize("shape,dtype,scale", SAFE, ids=[f"{s}-{np.dtype(t).name}-{c:g}" for s, t, c in SAFE])
+def test_subsample_plain_mean_is_the_scaled_paths_bits(shape, dtype, scale):
+    """subsample keeps the plain mean of the picked points where it stands (naive_pool's rule): away from
+    the smallest normal number the same bits as the scaled oracle, the draw unchanged."""
+    rng = np.random.default_rng(sum(shape) + 1)
+    X = (scale * rng.normal(size=shape)).astype(dtype)
+    K, N, _ = shape
+    res = poolsim.subsample(7, X, max(1, K // 2), N // 2)
+    flat = (np.asarray(res.domains)[:, None] * N + np.asarray(res.indices)).reshape(-1)
+    want = _scaled_subsample_mean(X, flat)
+    np.testing.assert_array_equal(res.mean, want)
+    assert res.mean.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf"])
+def test_subsample_non_finite_X_raises_even_outside_the_picked_rows(bad, backend):
+    """NaN/inf anywhere in X is a ValueError naming X, also in a domain the draw does not pick (m = 1)."""
+    X = _data()
+    res = poolsim.subsample(3, X, 1, 2)
+    other = (int(np.asarray(res.domains)[0]) + 1) % X.shape[0]
+    X = X.copy()
+    X[other, 0, 0] = float(bad)
+    with pytest.raises(ValueError, match=r"\bX\b.*finite"):
+        poolsim.subsample(3, BACKENDS[backend](X), 1, 2)
+
+
+def test_subsample_squares_that_overflow_take_the_full_check():
+    """float32 values of 1e30: their squares overflow (the one-pass check cannot tell), so X is checked in
+    full (min and max); the plain mean of the picked points stands and equals the scaled one. Reference: the
+    picked points' mean in float64, and the scaled-path oracle."""
+    rng = np.random.default_rng(5)
+    X = (1e30 * rng.uniform(0.5, 1.0, size=(6, 4, 3))).astype(np.float32)
+    res = poolsim.subsample(11, X, 3, 4)
+    flat = (np.asarray(res.domains)[:, None] * 4 + np.asarray(res.indices)).reshape(-1)
+    want = X.reshape(-1, 3)[flat].astype(np.float64).mean(axis=0)
+    np.testing.assert_allclose(res.mean, want, rtol=1e-6)
+    np.testing.assert_array_equal(res.mean, _scaled_subsample_mean(X, flat))
