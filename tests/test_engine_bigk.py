@@ -162,6 +162,7 @@ def test_blocks_of_seeds_give_the_same_numbers(monkeypatch, materialize):
         np.testing.assert_array_equal(getattr(blocked, f), getattr(whole, f), err_msg=f)
 
 
+@pytest.mark.slow
 def test_included_flags_are_formed_only_where_returned():
     # A run that does not return `included` (the frame's fields, summaries) uses an estimates
     # program without the (S, nK, K_max) flags: the same numbers in every other field (reference:
