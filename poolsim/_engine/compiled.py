@@ -35,7 +35,10 @@ def compiled(spec: Spec, dtype_name: str, ndev: int = 1,
     ``included=False``: the estimates program returns ``included=None`` and never forms the
     ``(S, nK, K_max)`` flags (a run that does not read them: :func:`poolsim.experiments.run`'s frame,
     summaries); a program of its own."""
-    return _compiled_cached(spec, dtype_name, ndev, accelerator_path(), included)
+    accel = accelerator_path()
+    est = estimate_batch if included else estimate_batch_no_flags
+    return (_program(draw_batch, "draws", spec, dtype_name, ndev, accel, True),
+            _program(est, "estimates", spec, dtype_name, ndev, accel, included))
 
 
 def estimate_batch_no_flags(spec: Spec, dtype, draws, medians=None):
@@ -43,15 +46,7 @@ def estimate_batch_no_flags(spec: Spec, dtype, draws, medians=None):
     return estimate_batch(spec, dtype, draws, medians)._replace(included=None)
 
 
-@functools.lru_cache(maxsize=64)
-def _compiled_cached(spec: Spec, dtype_name: str, ndev: int, accel: bool,
-                     included: bool = True) -> tuple[Callable, Callable]:
-    est = estimate_batch if included else estimate_batch_no_flags
-    return (_program(draw_batch, "draws", spec, dtype_name, ndev, accel, True),
-            _program(est, "estimates", spec, dtype_name, ndev, accel, included))
-
-
-@functools.lru_cache(maxsize=128)
+@functools.lru_cache(maxsize=192)  # 64 set-ups x (draws, estimates, estimates without flags)
 def _program(f: Callable, name: str, spec: Spec, dtype_name: str, ndev: int, accel: bool,
              included: bool) -> Callable:
     """One engine program (one per argument set: the draws program serves both ``included``)."""
