@@ -142,7 +142,7 @@ _COMPILED = {"bare": ("bare adapter step", dict(method="naive", vaca=False), "ba
              "naive": ("naive-pooling step", dict(method="naive", vaca=False), "full"),
              "match": ("matching+VACA step, batched gate", dict(method="match", vaca=True, gate_mode="batched"),
                        "full"),
-             "exact": ("matching+VACA step, exact sequential gate (eager between compiled graphs)",
+             "exact": ("matching+VACA step, exact sequential gate (in the graph: torch.ops.adsim.gate_decisions)",
                        dict(method="match", vaca=True, gate_mode="sequential"), "full")}
 
 

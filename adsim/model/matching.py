@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 import os
 from functools import partial
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -383,22 +383,69 @@ def sequential_decisions(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metri
                          update: str, scan_device: str = "auto", tau: float | None = None,
                          scan_backend: str = "auto") -> Decided:
     """The first half of :func:`match_sequential` (arguments as there, checked there): normalise ``f``
-    and take Algorithm 1's decisions (Triton kernel or JAX scan; no gradient, no host synchronisation
-    on CUDA)."""
+    and take Algorithm 1's decisions (Triton kernel or JAX scan, through the opaque operator
+    :func:`gate_decisions_op`; no gradient, no host synchronisation on CUDA)."""
     f = core.normalize(f.float())
     y, valid = y.to(f.dtype), valid.to(f.dtype)
     is_pos, is_neg = (1.0 - y) * valid, y * valid
     state = [t.to(f.dtype) for t in (c_pos, c_neg, init_pos, init_neg)]
-    if _use_triton(f, scan_backend, scan_device):  # one fused kernel, one program per slot
-        acc_pos, acc_neg, r_pos, r_neg, _, _ = _triton_gate().gate_decisions(
-            f, is_pos, is_neg, *state, metric=metric, alpha=alpha, update=update, tau=tau)
-    else:
-        with torch.no_grad():
-            args = [_to_jax(t, scan_device) for t in (f, is_pos, is_neg, *state)]
-            on_gpu = hasattr(args[0], "devices") and next(iter(args[0].devices())).platform == "gpu"
-            scan = _compiled_scan(metric, alpha, GPU_UNROLL if on_gpu else 1, tau, update)
-            acc_pos, acc_neg, r_pos, r_neg = (_to_torch(a, f.device) for a in scan(*args))
-    return Decided(f, state, acc_pos, acc_neg, r_pos, r_neg)
+    backend = "triton" if _use_triton(f, scan_backend, scan_device) else "jax"
+    inputs = [t.detach() for t in (f, is_pos, is_neg, *state)]  # decisions carry no gradient
+    if torch.compiler.is_compiling():  # one node of the graph (gate_decisions_op)
+        acc, r = gate_decisions_op(*inputs, metric, float(alpha), update, tau, backend, scan_device)
+        return Decided(f, state, acc[:, 0], acc[:, 1], r[:, 0], r[:, 1])
+    return Decided(f, state, *_decisions(*inputs, metric, float(alpha), update, tau, backend, scan_device))
+
+
+def _decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, metric, alpha, update, tau, backend,
+               scan_device) -> tuple:
+    """``(acc_pos, acc_neg, r_pos, r_neg)``, each ``(S, n)``, by ``backend`` (:func:`gate_decisions_op`)."""
+    if backend == "triton":
+        dec = _triton_gate().gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, metric=metric,
+                                            alpha=alpha, update=update, tau=tau)
+        return dec.acc_pos, dec.acc_neg, dec.r_pos, dec.r_neg
+    with torch.no_grad():
+        args = [_to_jax(t, scan_device) for t in (f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg)]
+        on_gpu = hasattr(args[0], "devices") and next(iter(args[0].devices())).platform == "gpu"
+        scan = _compiled_scan(metric, alpha, GPU_UNROLL if on_gpu else 1, tau, update)
+        return tuple(_to_torch(a, f.device) for a in scan(*args))
+
+
+@torch.library.custom_op("adsim::gate_decisions", mutates_args=())
+def gate_decisions_op(f: torch.Tensor, is_pos: torch.Tensor, is_neg: torch.Tensor, c_pos: torch.Tensor,
+                      c_neg: torch.Tensor, init_pos: torch.Tensor, init_neg: torch.Tensor, metric: str,
+                      alpha: float, update: str, tau: Optional[float], backend: str,
+                      scan_device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Algorithm 1's decisions as one PyTorch operator (``torch.ops.adsim.gate_decisions``), arguments
+    as :func:`_scan_decisions` (``f`` detached unit float32 features) plus ``backend``: ``"triton"``
+    (:func:`adsim.model.gate_triton.gate_decisions`) or ``"jax"`` (the compiled scan, on ``scan_device``).
+    Returns ``(acc, r)``, each ``(S, 2, n)``: the normal / anomaly decisions and EMA normalisers.
+
+    An operator because ``torch.compile`` does not trace into a hand-launched Triton kernel or a JAX
+    call: dynamo records the call as one node (shapes from the fake implementation below), so the exact
+    gate's step stays one graph -- inductor calls it as an external kernel, and under CUDA graphs the
+    Triton launch is captured with the rest of the step (it allocates on the stream and never
+    synchronises). The JAX scan on a GPU is not capturable (its own streams): :class:`CentroidBank` keeps
+    it, and slerp's host read of the steps to replay, between graphs. Eager code calls the same
+    implementation without the operator's dispatch."""
+    acc_pos, acc_neg, r_pos, r_neg = _decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, metric, alpha,
+                                                update, tau, backend, scan_device)
+    return torch.stack([acc_pos, acc_neg], 1), torch.stack([r_pos, r_neg], 1)
+
+
+@gate_decisions_op.register_fake
+def _gate_decisions_shapes(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, metric, alpha, update, tau,
+                           backend, scan_device):
+    S, n, _ = f.shape
+    return f.new_empty((S, 2, n)), f.new_empty((S, 2, n))
+
+
+def traced_gate(f: torch.Tensor, update: str, scan_backend: str = "auto") -> bool:
+    """Whether the exact gate of a step on features like ``f`` can run inside a compiled graph (the
+    EMA through :func:`gate_decisions_op`, with the Triton kernel or on CPU tensors); else
+    :class:`CentroidBank` runs it between graphs (slerp reads the steps to replay on the host; the JAX
+    scan on a GPU runs on its own streams, which CUDA graphs cannot capture)."""
+    return update == "ema" and (f.device.type == "cpu" or _use_triton(f, scan_backend, "auto"))
 
 
 def sequential_centroids(dec: Decided, *, alpha: float, update: str, steps=None) -> Matched:
@@ -488,12 +535,13 @@ class CentroidBank(torch.nn.Module):
                 outs.append(_batched(f, (1.0 - y) * valid, y * valid, *state, metric=self.metric, alpha=self.alpha,
                                      update=self.update, tau=self.tau))
         else:  # exact sequential gate, all slots of a set in one kernel / compiled scan (EMA and slerp)
-            # under torch.compile it runs eagerly between compiled graphs (a graph break): its decisions come
-            # from a JAX scan through DLPack or a hand-launched Triton kernel, which dynamo does not trace
-            outs = outside_graphs(sequential_sets,
-                                  [(f, y, valid, *state) for (_, f, y, valid), state in zip(items, states)],
-                                  metric=self.metric, alpha=self.alpha, update=self.update, tau=self.tau,
-                                  scan_backend=self.scan_backend)
+            sets = [(f, y, valid, *state) for (_, f, y, valid), state in zip(items, states)]
+            kw = dict(metric=self.metric, alpha=self.alpha, update=self.update, tau=self.tau,
+                      scan_backend=self.scan_backend)
+            if all(traced_gate(f, self.update, self.scan_backend) for _, f, _, _ in items):
+                outs = sequential_sets(sets, **kw)  # under torch.compile: in the graph (gate_decisions_op)
+            else:  # under torch.compile: eagerly between compiled graphs (traced_gate says why)
+                outs = outside_graphs(sequential_sets, sets, **kw)
         if self.training:
             with torch.no_grad():
                 for sl, out in zip(slices, outs):

@@ -22,9 +22,13 @@ compiles each region's backward; the optimiser step and gradient clipping stay e
 
 The NaN/inf check of the features (a host sync, a graph break in eager code) is taken out of the
 region: the region returns the flag and the wrapper checks it after the call (the same one sync per step
-as eager). The exact sequential gate (``gate_mode="sequential"``: a JAX scan or a hand-launched Triton
-kernel) runs eagerly between compiled graphs (:func:`adsim.runtime.outside_graphs` in
-:class:`adsim.model.matching.CentroidBank`), so region 1 is then several graphs. In-place state
+as eager). The exact sequential gate (``gate_mode="sequential"``: a hand-launched Triton kernel or a JAX
+scan) takes its decisions in one opaque operator, ``torch.ops.adsim.gate_decisions``, which the graph
+records as one node: with the EMA update region 1 stays one graph (inductor calls the operator as an
+external kernel; under CUDA graphs the Triton launch is captured with the rest). With slerp (a host read
+of the steps to replay) or the JAX scan on a GPU (its own streams) the gate runs eagerly between compiled
+graphs (:func:`adsim.runtime.outside_graphs`; :func:`adsim.model.matching.traced_gate` decides), so
+region 1 is then several graphs. In-place state
 updates inside a region -- the centroid bank's slot writes under ``no_grad`` and VACA's running
 ``Delta`` -- are buffer mutations, which AOTAutograd functionalises and writes back to the same buffers
 after each call (tested: same centroids and running statistics as eager after every step).
@@ -33,7 +37,7 @@ Fallback. Compilation happens at a region's first call for a shape, and the back
 too (``force_non_lazy_backward_lowering``), so a compiler failure surfaces in that call, before the
 region's graph ran. Any exception there switches the whole step to eager for the rest of the process,
 with ONE warning line (:class:`CompileFallbackWarning`; the CLI prints it as ``warning: ...``), and the
-call is redone eagerly: a run never dies of a compiler bug. Where region 1 has graph breaks (the
+call is redone eagerly: a run never dies of a compiler bug. Where region 1 may have graph breaks (the
 sequential gate), the head's buffers are saved before each call and restored before the eager redo.
 ``fell_back`` of the step says whether it happened; ``train`` records it in ``config.json``.
 
@@ -222,8 +226,8 @@ def compiled_loss(cfg, head, backbone, grid: int, amp=None, *, mode: str = "defa
     :func:`adsim.training.train.train_epoch`, with ``forward`` = the frozen trunk); with ``loss_fn(cfg,
     head, feats, batch)`` one region, the features and that loss. ``mode`` as :func:`resolve_mode` has
     resolved it; ``backend``: default :data:`BACKEND` (``"inductor"``), or e.g. ``"aot_eager"`` or a
-    backend callable; ``fullgraph=True`` raises on any graph break (tests; not with the sequential
-    gate, which runs between graphs). Raises ``ValueError`` on NaN/inf features, as the eager step
+    backend callable; ``fullgraph=True`` raises on any graph break (tests; not where the sequential
+    gate runs between graphs: slerp, or the JAX scan on a GPU). Raises ``ValueError`` on NaN/inf features, as the eager step
     does. ``step.fell_back``: whether compilation failed and the step runs eagerly."""
     sequential = getattr(head, "centroids", None) is not None and head.centroids.mode == "sequential"
     regions = _Regions(mode, backend, fullgraph, restore=head if sequential else None)

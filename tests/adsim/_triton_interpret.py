@@ -4,8 +4,9 @@
 before ``triton`` is first imported (Triton then builds every ``@triton.jit`` function, its own
 ``tl.sum`` included, as an interpreted one), so it runs here and not in the test session, where it
 would change every other Triton user. For each case (a dict of ``match_sequential`` arguments and
-options, and the Triton kernel to use) it runs ``match_sequential(..., scan_backend="triton")`` on CPU
-tensors with that kernel and records both the kernel's raw :class:`adsim.model.gate_triton.Decisions` and
+options, the Triton kernel to use and whether to compile) it runs ``match_sequential(...,
+scan_backend="triton")`` on CPU tensors with that kernel, eagerly or through ``torch.compile`` (``aot_eager``,
+one graph), and records both the kernel's raw :class:`adsim.model.gate_triton.Decisions` and
 the returned ``Matched``.
 """
 import sys
@@ -29,9 +30,12 @@ def main(cases_path: str, out_path: str) -> None:
 
     gate_triton.gate_decisions = recorded
     out = []
+    compiled = torch.compile(match_sequential, backend="aot_eager", fullgraph=True)
     for case in torch.load(cases_path):
         kernel = case["kernel"]
-        matched = match_sequential(*case["args"], scan_backend="triton", **case["kw"])
+        # "compiled": through torch.compile, one graph (the kernel inside torch.ops.adsim.gate_decisions)
+        fn = compiled if case.get("compiled") else match_sequential
+        matched = fn(*case["args"], scan_backend="triton", **case["kw"])
         out.append({"decisions": tuple(raw.pop()), "matched": tuple(matched)})
     torch.save(out, out_path)
 

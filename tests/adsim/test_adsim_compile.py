@@ -151,16 +151,19 @@ def _assert_same_grads(loss_c, loss_e, module_c, module_e, *, allow_unused=False
         if a is not None:
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()), msg=msg)
 
-def test_sequential_gate_runs_between_compiled_graphs(tiny):
-    """The exact sequential gate (JAX scan on the CPU) is not traced: it runs eagerly between the graphs of
-    region 1 (``torch.compiler.disable``), and a step gives eager's loss, gradients and centroids (dynamo
-    traces the frames around the gate: ~15 s on the 2-core CI machine, so one step)."""
+@pytest.mark.parametrize("update", ["ema", "slerp"])
+def test_sequential_gate_compiles_as_eager(tiny, update):
+    """The exact sequential gate (JAX scan on the CPU) under torch.compile. EMA: its decisions are one opaque
+    operator (``torch.ops.adsim.gate_decisions``), so each region is one graph (``fullgraph=True`` raises on
+    any break). Slerp: the gate runs eagerly between the graphs of region 1 (its host read of the steps to
+    replay). Either way a step gives eager's loss, gradients and centroids (dynamo traces the frames around
+    the gate: ~15 s on the 2-core CI machine, so one step)."""
     spec = tiny.spec
-    cfg = _cfg()._replace(gate_mode="sequential")
+    cfg = _cfg()._replace(gate_mode="sequential", update=update)
     torch.manual_seed(0)
     eager, comp = _twin_heads(tiny, cfg)
     backend = Counting()
-    step = compiled_step.compiled_loss(cfg, comp, tiny, spec.grid, backend=backend)
+    step = compiled_step.compiled_loss(cfg, comp, tiny, spec.grid, backend=backend, fullgraph=update == "ema")
     for k, batch in enumerate(_batches(spec, 1, b=2)):
         tokens = trunk_tokens(tiny, batch["image"])
         loss_e, parts_e, _ = compiled_step.post_trunk_loss(cfg, eager, tiny, tokens, batch, spec.grid)
@@ -169,7 +172,11 @@ def test_sequential_gate_runs_between_compiled_graphs(tiny):
         _assert_same_grads(loss_c, loss_e, comp, eager, allow_unused=True, msg=f"step {k}")
         for name, t in eager.state_dict().items():
             torch.testing.assert_close(comp.state_dict()[name], t, rtol=2e-5, atol=2e-5, msg=f"step {k} {name}")
-    assert backend.graphs > 2  # region 1 broke around the gate
+        assert float(parts_c["intra"]) > 0  # the gate accepted features: the centroids moved
+    if update == "ema":
+        assert backend.graphs == 2  # the two regions, the gate inside the first
+    else:
+        assert backend.graphs > 2  # region 1 broke around the gate
     assert not step.regions.fell_back
 
 

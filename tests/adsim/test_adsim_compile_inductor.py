@@ -60,13 +60,17 @@ def _close_grads(loss_c, loss_e, module_c, module_e):
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()) + 1e-7, msg=name)
 
 
-@pytest.mark.parametrize("method", ["naive", "match"])
+@pytest.mark.parametrize("method", ["naive", "match", "match-exact"])
 def test_head_step_through_inductor(small, method):
-    """naive (no gate, no VACA: the step whose fused loss kernel failed in Triton on an H100) and match
-    (batched gate, VACA): the two compiled regions through inductor equal eager."""
+    """naive (no gate, no VACA: the step whose fused loss kernel failed in Triton on an H100), match
+    (batched gate, VACA) and match-exact (the clean recipe's exact sequential gate, EMA: its decisions an
+    opaque operator that inductor calls as an external kernel): the two compiled regions, one graph each,
+    through inductor equal eager."""
     spec = small.spec
     cfg = config_from_recipe(recipes.get("clean"), data="", target="Brain", out="")
-    cfg = cfg._replace(method="naive", vaca=False) if method == "naive" else cfg._replace(gate_mode="batched")
+    assert cfg.gate_mode == "sequential" and cfg.update == "ema"
+    cfg = {"naive": cfg._replace(method="naive", vaca=False), "match": cfg._replace(gate_mode="batched"),
+           "match-exact": cfg}[method]
     torch.manual_seed(0)
     eager = make_head(cfg, spec.width, spec.embed_dim, text_embeddings(small, prompt_ensemble())).train()
     comp = copy.deepcopy(eager)

@@ -94,12 +94,15 @@ for metric in _core.METRICS:
 # the default kernel ("auto"), as match_sequential runs it: dots for the EMA, chords for slerp
 for _update in ("ema", "slerp"):
     CASES[f"geodesic-adaptive-{_update}-auto"] = CASES[f"geodesic-adaptive-{_update}"]
+# the EMA's default kernel through torch.compile (the compiled training step's path): one graph
+CASES["compiled-geodesic-adaptive-ema-auto"] = CASES["geodesic-adaptive-ema"]
 
 
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory, triton_interpreter):
     """``{case: {"decisions": Decisions, "matched": Matched}}`` from one interpreter child process."""
-    out = triton_interpreter([{"args": args, "kw": kw, "kernel": _kernel(name)} for name, (args, kw) in CASES.items()],
+    out = triton_interpreter([{"args": args, "kw": kw, "kernel": _kernel(name), "compiled": name.startswith("compiled-")}
+                              for name, (args, kw) in CASES.items()],
                              tmp_path_factory.mktemp("triton"))
     return {name: {"decisions": _gate_triton.Decisions(*o["decisions"]), "matched": o["matched"]}
             for name, o in zip(CASES, out)}
@@ -155,6 +158,19 @@ def test_match_sequential_with_the_kernel_equals_the_literal_loop(interpreted, n
         assert torch.equal(got[k], loop[k])
     torch.testing.assert_close(got[0], loop[0], rtol=0, atol=1e-5)
     torch.testing.assert_close(got[1], loop[1], rtol=0, atol=1e-5)
+
+
+def test_compiled_match_sequential_runs_the_kernel_in_its_graph(interpreted):
+    """``torch.compile(match_sequential, fullgraph=True)`` with the Triton kernel (the compiled training step's
+    exact gate on a GPU): the child compiled it as one graph (fullgraph raises on a break), the kernel ran
+    (its raw decisions were recorded) and the result is the eager call's."""
+    eager, comp = interpreted["geodesic-adaptive-ema-auto"], interpreted["compiled-geodesic-adaptive-ema-auto"]
+    for a, b in zip(eager["decisions"], comp["decisions"]):
+        assert torch.equal(a, b)
+    for k in (2, 3, 4, 5):  # decisions and init flags: identical
+        assert torch.equal(comp["matched"][k], eager["matched"][k])
+    for k in (0, 1):  # the centroids: the same ops, traced (aot_eager runs them eagerly)
+        torch.testing.assert_close(comp["matched"][k], eager["matched"][k], rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["edge-geodesic-ema"] + [f"edge-{m}-ema-dots" for m in _core.METRICS])
