@@ -48,8 +48,8 @@ def main(argv=None) -> int:
                                                      "jax_da_anchor.py"),
                     help="the reference loop to run in the same run (a file; 'none' skips it)")
     ap.add_argument("--profile", action="store_true",
-                    help="also split one chunk's time (sufficient path) into the draws program, the "
-                         "estimates program and the copy to the host")
+                    help="also split the sufficient path's per-seed call into its programs, the on-device "
+                         "concatenation and the copy to the host (all fields and the frame's)")
     args = ap.parse_args(argv)
     import jax
 
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
         lines += [f"| {p} | {r} | {w / a:.2f} | {'<= 1' if r.startswith('summary') else '<= 2'} |"
                   for p, r, c, f, w, t in rows if p.startswith("sufficient")]
     if args.profile:
-        lines += ["", *_profile(args.chunk)]
+        lines += ["", *_profile(args.chunk, args.seeds)]
     body = "\n".join(lines)
     print(body)
     if not args.no_write:
@@ -119,9 +119,13 @@ def _anchor(path: str, seeds: int) -> dict | None:
     return ast.literal_eval(p.stdout.strip().splitlines()[-1])
 
 
-def _profile(chunk: int) -> list[str]:
-    """Markdown lines: one chunk of the sufficient path split into its two programs and the copy
-    to the host (best of 3 after compilation)."""
+def _profile(chunk: int, seeds: int) -> list[str]:
+    """Markdown lines: the sufficient path's per-seed call split into its parts (best of 3 after one call
+    that compiles and warms up): one chunk's draws and estimates programs; then all ``seeds`` as the
+    engine's accelerator path runs them -- every chunk's programs (dispatched back to back, waited for
+    at the end), the on-device concatenation of the chunks, and the copy to the host of fresh arrays
+    (an array already copied once keeps its host copy, so each repetition computes anew), for all
+    fields and for the frame's fields only (``experiments.FRAME_FIELDS``), with bytes and GB/s."""
     import jax
     import jax.numpy as jnp
 
@@ -131,6 +135,8 @@ def _profile(chunk: int) -> list[str]:
     spec, _ = ex.spec("domain_addition", materialize=False, chunk=chunk)
     draw_fn, est_fn = _engine.compiled(spec, "float32")
     keys = jnp.arange(chunk, dtype=jnp.uint32)  # the draws program takes the seeds
+    n_chunks = -(-seeds // chunk)
+    chunk_keys = [jnp.arange(i * chunk, (i + 1) * chunk, dtype=jnp.uint32) for i in range(n_chunks)]
 
     def best(f):  # after one call that compiles / warms up
         return min(call_times(f, iters=3, warmup=1))
@@ -139,13 +145,42 @@ def _profile(chunk: int) -> list[str]:
     out = jax.block_until_ready(est_fn(draws))
     t_draw = best(lambda: jax.block_until_ready(draw_fn(keys)))
     t_est = best(lambda: jax.block_until_ready(est_fn(draws)))
-    t_copy = best(lambda: jax.tree.map(np.asarray, out))
     it = np.asarray(out.n_iter)
-    return [f"Profile, one chunk of {chunk:,} seeds (sufficient statistics, best of 3, ms): draws "
-            f"{1e3 * t_draw:.1f}, estimates {1e3 * t_est:.1f}, copy to host {1e3 * t_copy:.1f}; "
-            f"matching iterations per seed and K: mean {it.mean():.2f}, max {it.max()} (the "
-            f"loop's trips per K follow the slowest seed: on a GPU each trip is kernel launches "
-            f"and a predicate read back to the host)."]
+
+    def programs():
+        return jax.block_until_ready([est_fn(draw_fn(k)) for k in chunk_keys])
+
+    def cut(outs, fields):  # the first `seeds` rows of every chunk, concatenated on the device
+        k_last = seeds - (n_chunks - 1) * chunk
+        parts = [{f: getattr(o, f)[:k_last] if i == n_chunks - 1 else getattr(o, f) for f in fields}
+                 for i, o in enumerate(outs)]
+        return jax.block_until_ready({f: jnp.concatenate([p[f] for p in parts]) for f in fields})
+
+    def copy(whole):
+        for a in whole.values():
+            a.copy_to_host_async()
+        return {f: np.asarray(a) for f, a in whole.items()}
+
+    every = [f for f in out._fields if getattr(out, f) is not None]
+    t_prog = best(programs)
+    outs = programs()
+    t_cat = best(lambda: cut(outs, every))
+    rows = []
+    for label, fields in (("all fields", every), ("the frame's fields", list(ex.FRAME_FIELDS))):
+        times, nbytes = [], 0
+        for _ in range(3):
+            whole = cut(outs, fields)  # fresh device arrays: no host copy cached
+            t = time.perf_counter()
+            host = copy(whole)
+            times.append(time.perf_counter() - t)
+            nbytes = sum(a.nbytes for a in host.values())
+        t_copy = min(times)
+        rows.append(f"{label} ({', '.join(fields)}): {nbytes / 1e9:.2f} GB in {t_copy:.3f} s "
+                    f"({nbytes / 1e9 / t_copy:.1f} GB/s)")
+    return [f"Profile, sufficient statistics, best of 3 after compilation. One chunk of {chunk:,} seeds: draws "
+            f"{1e3 * t_draw:.1f} ms, estimates {1e3 * t_est:.1f} ms; matching iterations per seed and K: mean "
+            f"{it.mean():.2f}, max {it.max()}. All {seeds:,} seeds ({n_chunks} chunks): programs "
+            f"{t_prog:.3f} s, on-device concatenation {t_cat:.3f} s, copy to the host: " + "; ".join(rows) + "."]
 
 
 if __name__ == "__main__":

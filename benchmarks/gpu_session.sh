@@ -65,18 +65,12 @@ on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 #    program; section "mcchunk" tries larger chunks (fewer matching-loop trips per seed), sufficient path only.
 on mc && timeout 120 python3 benchmarks/gpu_montecarlo.py --profile --out "$OUT/mc.md" \
     --anchor "${ANCHORS:-../shared/anchors}/jax_da_anchor.py" 2>&1 | tee "$OUT/mc.log"
-# 1b. Compile once per machine and the user-facing frame: two fresh processes share a new
-#    POOLSIM_CACHE_DIR; each times its first `experiments.run` (10^6 seeds, sufficient path, frame
-#    built: target <= 2 s once compiled), cold cache then warm (targets <= 20 s / <= 5 s).
-if on mc; then
-    for c in cold warm; do
-        POOLSIM_CACHE_DIR="$OUT/jaxcache" timeout 90 python3 -c "import time; from poolsim import experiments as ex
-t = time.perf_counter(); ex.run('domain_addition', seeds=10**6, materialize=False, chunk=131072); a = time.perf_counter() - t
-t = time.perf_counter(); ex.run('domain_addition', seeds=10**6, materialize=False, chunk=131072); b = time.perf_counter() - t
-print(f'$c cache: first run() {a:.2f} s, second run() {b:.2f} s (10^6 seeds, frame)')" 2>&1 | tee -a "$OUT/mc.log"
-    done
-    rm -rf "$OUT/jaxcache"
-fi
+# 1b. Compile once per machine and the user-facing frame: two fresh processes share a new program store
+#    (POOLSIM_CACHE_DIR); each times its first and second `experiments.run` (10^6 seeds, sufficient path,
+#    frame built: target <= 2 s once compiled), cold store then warm (targets <= 20 s / <= 5 s), split into
+#    start-up, store loads, compiles, the run and the frame (benchmarks/engine_first_call.py).
+on mc && timeout 180 python3 benchmarks/engine_first_call.py --seeds 1000000 --chunk 131072 --timeout 85 \
+    --targets "$TARGETS" 2>&1 | tee -a "$OUT/mc.log"
 on mcchunk && timeout 120 python3 benchmarks/gpu_montecarlo.py --chunk 524288 --no-write 2>&1 | tee "$OUT/mc_chunk512k.log"
 
 # 2. Exact sequential gate on the GPU: Triton kernels (the default "auto" = dots for the EMA, chords for
