@@ -390,11 +390,14 @@ def sequential_decisions(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metri
     is_pos, is_neg = (1.0 - y) * valid, y * valid
     state = [t.to(f.dtype) for t in (c_pos, c_neg, init_pos, init_neg)]
     backend = "triton" if _use_triton(f, scan_backend, scan_device) else "jax"
-    inputs = [t.detach() for t in (f, is_pos, is_neg, *state)]  # decisions carry no gradient
+    # the decisions carry no gradient
+    f_, pos, neg, c_pos, c_neg, init_pos, init_neg = (t.detach() for t in (f, is_pos, is_neg, *state))
     if torch.compiler.is_compiling():  # one node of the graph (gate_decisions_op)
-        acc, r = gate_decisions_op(*inputs, metric, float(alpha), update, tau, backend, scan_device)
+        acc, r = gate_decisions_op(f_, pos, neg, c_pos, c_neg, init_pos, init_neg, metric, float(alpha), update,
+                                   tau, backend, scan_device)
         return Decided(f, state, acc[:, 0], acc[:, 1], r[:, 0], r[:, 1])
-    return Decided(f, state, *_decisions(*inputs, metric, float(alpha), update, tau, backend, scan_device))
+    return Decided(f, state, *_decisions(f_, pos, neg, c_pos, c_neg, init_pos, init_neg, metric, float(alpha),
+                                         update, tau, backend, scan_device))
 
 
 def _decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, metric, alpha, update, tau, backend,
@@ -536,12 +539,12 @@ class CentroidBank(torch.nn.Module):
                                      update=self.update, tau=self.tau))
         else:  # exact sequential gate, all slots of a set in one kernel / compiled scan (EMA and slerp)
             sets = [(f, y, valid, *state) for (_, f, y, valid), state in zip(items, states)]
-            kw = dict(metric=self.metric, alpha=self.alpha, update=self.update, tau=self.tau,
-                      scan_backend=self.scan_backend)
-            if all(traced_gate(f, self.update, self.scan_backend) for _, f, _, _ in items):
-                outs = sequential_sets(sets, **kw)  # under torch.compile: in the graph (gate_decisions_op)
-            else:  # under torch.compile: eagerly between compiled graphs (traced_gate says why)
-                outs = outside_graphs(sequential_sets, sets, **kw)
+            # under torch.compile: in the graph (gate_decisions_op), or eagerly between compiled graphs
+            # where traced_gate says it cannot be in one
+            traced = all(traced_gate(f, self.update, self.scan_backend) for _, f, _, _ in items)
+            outs = (sequential_sets if traced else partial(outside_graphs, sequential_sets))(
+                sets, metric=self.metric, alpha=self.alpha, update=self.update, tau=self.tau,
+                scan_backend=self.scan_backend)
         if self.training:
             with torch.no_grad():
                 for sl, out in zip(slices, outs):
