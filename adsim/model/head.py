@@ -138,7 +138,7 @@ def vaca_stacked(modules, p_norm, text, raw=None) -> tuple:
     hidden = torch.relu(torch.baddbmm(torch.stack([lin.bias for lin in lin1])[:, None], delta[:, None],
                                       torch.stack([lin.weight for lin in lin1]).transpose(1, 2)))  # (S, 1, H)
     a = torch.baddbmm(torch.stack([lin.bias for lin in lin2])[:, None], hidden,
-                      torch.stack([lin.weight for lin in lin2]).transpose(1, 2))[:, 0]  # (S, E)
+                      torch.stack([lin.weight for lin in lin2]).transpose(1, 2)).squeeze(1)  # (S, E)
     w = 1.0 + first.gamma * nn.functional.softplus(a)
     var = torch.var(delta * w, dim=-1, correction=0)
     return core.normalize((p_norm if raw is None else raw) * w[:, None, None, :]), var, w
