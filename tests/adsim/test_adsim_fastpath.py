@@ -9,6 +9,7 @@ References, written here so they stay fixed while the library changes:
 """
 import math
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -170,13 +171,21 @@ def _previous_matching_losses(bank, f_seg, f_img, y_patch, v_patch, labels):
     return intra, inter
 
 
-def test_matching_losses_equal_previous_objective_block():
-    g = torch.Generator().manual_seed(11)
-    n_layers, b, grid, e, size = 4, 6, 5, 16, 20
-    text = _unit(torch.randn(2, e, generator=g))
-    cfg = TrainConfig(data="", target="Brain", out="", gate_mode="batched")  # the previous block's gate
-    head = make_head(cfg, e, e, text, n_layers=n_layers).train()
-    _load(head.centroids, _state(g, 2 * n_layers, e))
+class _Case(NamedTuple):
+    masks: torch.Tensor
+    batch: dict
+    raw: list
+    feats: object
+    f_seg: torch.Tensor
+    f_img: torch.Tensor
+    y_patch: torch.Tensor
+    v_patch: torch.Tensor
+
+
+def _matching_case(g, n_layers, b, grid, e, size) -> _Case:
+    """Masks (every other image a lesion; image 4 without a mask), labels, random token leaves ``raw`` and
+    their unit features, and the previous block's inputs derived from them as in ``matching_losses``
+    (checked against it by value in the tests)."""
     masks = torch.zeros(b, size, size)
     masks[1::2, 4:12, 4:12] = 1.0
     batch = {"mask": masks, "has_mask": torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0]),
@@ -187,12 +196,24 @@ def test_matching_losses_equal_previous_objective_block():
         seg = [_core.normalize(t) for t in raw[:n_layers]]
         det = [_core.normalize(t) for t in raw[n_layers:]]
 
-    # the previous block's inputs, derived as in matching_losses (checked against it by value below)
     frac = torch.nn.functional.adaptive_avg_pool2d(masks[:, None], grid).flatten(1)
     y_patch = (frac >= 0.5).float().flatten()
     v_patch = (batch["has_mask"][:, None] * ((frac == 0) | (frac >= 0.5)).float()).flatten()
     f_seg = torch.stack([s.flatten(0, 1) for s in Feats.seg])
     f_img = _core.normalize(torch.stack([d.mean(dim=1) for d in Feats.det]))
+    return _Case(masks, batch, raw, Feats, f_seg, f_img, y_patch, v_patch)
+
+
+def test_matching_losses_equal_previous_objective_block():
+    g = torch.Generator().manual_seed(11)
+    n_layers, b, grid, e, size = 4, 6, 5, 16, 20
+    text = _unit(torch.randn(2, e, generator=g))
+    cfg = TrainConfig(data="", target="Brain", out="", gate_mode="batched")  # the previous block's gate
+    head = make_head(cfg, e, e, text, n_layers=n_layers).train()
+    _load(head.centroids, _state(g, 2 * n_layers, e))
+    case = _matching_case(g, n_layers, b, grid, e, size)
+    masks, batch, raw, Feats = case.masks, case.batch, case.raw, case.feats
+    f_seg, f_img, y_patch, v_patch = case.f_seg, case.f_img, case.y_patch, case.v_patch
     old = _previous_matching_losses(head.centroids, f_seg, f_img, y_patch, v_patch, batch["label"])
     new = matching_losses(cfg, head, Feats, batch["label"], masks, batch["has_mask"], grid)
     assert new[2].tolist() == [1.0] * b  # gate_filter="centroids": every sample keeps its losses
@@ -349,24 +370,12 @@ def test_matching_losses_equal_the_generic_formulas(options):
             t[:n_layers].zero_()
             t[n_layers + 1:].zero_()
     _load(head.centroids, state)
-    masks = torch.zeros(b, size, size)
-    masks[1::2, 4:12, 4:12] = 1.0
-    has_mask = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0])
-    labels = torch.tensor([float(i % 2) for i in range(b)])
-    raw = [torch.randn(b, grid * grid, e, generator=g).requires_grad_(True) for _ in range(2 * n_layers)]
-
-    class Feats:
-        seg = [_core.normalize(t) for t in raw[:n_layers]]
-        det = [_core.normalize(t) for t in raw[n_layers:]]
-
-    frac = torch.nn.functional.adaptive_avg_pool2d(masks[:, None], grid).flatten(1)
-    y_patch = (frac >= 0.5).float().flatten()
-    v_patch = (has_mask[:, None] * ((frac == 0) | (frac >= 0.5)).float()).flatten()
-    f_seg = torch.stack([s.flatten(0, 1) for s in Feats.seg])
-    f_img = _core.normalize(torch.stack([d.mean(dim=1) for d in Feats.det]))
+    case = _matching_case(g, n_layers, b, grid, e, size)
+    masks, has_mask, labels, raw = case.masks, case.batch["has_mask"], case.batch["label"], case.raw
     owner = torch.arange(b).repeat_interleave(grid * grid)
-    old = _generic_matching_losses(cfg, head.centroids, f_seg, f_img, y_patch, v_patch, owner, labels)
-    new = matching_losses(cfg, head, Feats, labels, masks, has_mask, grid)
+    old = _generic_matching_losses(cfg, head.centroids, case.f_seg, case.f_img, case.y_patch, case.v_patch, owner,
+                                   labels)
+    new = matching_losses(cfg, head, case.feats, labels, masks, has_mask, grid)
     assert torch.equal(new[2], old[2])
     if cfg.gate_filter == "skip_step":
         assert 0 < float(new[2].sum()) < b  # some samples failed the gate, some passed
