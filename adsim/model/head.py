@@ -128,17 +128,18 @@ def vaca_stacked(modules, p_norm, text, raw=None) -> tuple:
         with torch.no_grad():
             delta = (p_norm.float().mean(dim=(1, 2)) * (text[0] - text[1])).abs()  # (S, E)
             # VACA.forward's update per slot: Delta as is on a module's first batch, then the running mean
-            m = torch.where(torch.stack([m.n_tracked for m in modules]) == 0, 1.0, first.momentum)[:, None]
-            running = running * (1.0 - m) + m * delta
+            rate = torch.where(torch.stack([m.n_tracked for m in modules]) == 0, 1.0, first.momentum)[:, None]
+            running = running * (1.0 - rate) + rate * delta
             torch._foreach_copy_([m.delta_running for m in modules], list(running.unbind(0)))
             torch._foreach_add_([m.n_tracked for m in modules], 1)
     else:
         delta = running
     lin1, lin2 = zip(*((m.mlp[0], m.mlp[2]) for m in modules))
-    hidden = torch.relu(torch.baddbmm(torch.stack([lin.bias for lin in lin1])[:, None], delta[:, None],
-                                      torch.stack([lin.weight for lin in lin1]).transpose(1, 2)))  # (S, 1, H)
-    a = torch.baddbmm(torch.stack([lin.bias for lin in lin2])[:, None], hidden,
-                      torch.stack([lin.weight for lin in lin2]).transpose(1, 2)).squeeze(1)  # (S, E)
+
+    def linear(layer, x):  # (S, in, 1) -> (S, out, 1): weight @ x, so each weight's gradient has its layout
+        bias, weight = (torch.stack([getattr(lin, k) for lin in layer]) for k in ("bias", "weight"))
+        return torch.baddbmm(bias[..., None], weight, x)
+    a = linear(lin2, torch.relu(linear(lin1, delta[..., None]))).squeeze(-1)  # (S, E)
     w = 1.0 + first.gamma * nn.functional.softplus(a)
     var = torch.var(delta * w, dim=-1, correction=0)
     return core.normalize((p_norm if raw is None else raw) * w[:, None, None, :]), var, w
