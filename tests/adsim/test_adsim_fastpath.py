@@ -387,3 +387,30 @@ def test_matching_losses_equal_the_generic_formulas(options):
         assert (a is None) == (b_ is None)
         if a is not None:
             torch.testing.assert_close(a, b_, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("update", ["ema", "slerp"])
+def test_matching_losses_of_the_exact_gate_equal_the_renormalising_losses(update, monkeypatch):
+    # matching_losses takes the gate's centroids as unit vectors (no renormalisation in L_intra / L_inter);
+    # oracle: the same block with the normalising loss formulas (the exact gate's centroids are unit too)
+    g = torch.Generator().manual_seed(13)
+    n_layers, b, grid, e, size = 4, 6, 5, 16, 20
+    cfg = TrainConfig(data="", target="Brain", out="", gate_mode="sequential", update=update)
+    head = make_head(cfg, e, e, _unit(torch.randn(2, e, generator=g)), n_layers=n_layers).train()
+    state = _state(g, 2 * n_layers, e)
+    case = _matching_case(g, n_layers, b, grid, e, size)
+    args = (case.feats, case.batch["label"], case.masks, case.batch["has_mask"], grid)
+    _load(head.centroids, state)
+    new = matching_losses(cfg, head, *args)
+    intra, inter = losses.intra, losses.inter
+    monkeypatch.setattr(losses, "intra", lambda *a, **k: intra(*a, **{**k, "unit_c": False}))
+    monkeypatch.setattr(losses, "inter", lambda *a, **k: inter(*a, **{**k, "unit": False}))
+    _load(head.centroids, state)
+    old = matching_losses(cfg, head, *args)
+    assert float(new[0].detach()) > 0 and float(new[1].detach()) < 0  # something matched, both centroids exist
+    for a, b_ in zip(new[:2], old[:2]):
+        torch.testing.assert_close(a, b_, rtol=1e-5, atol=1e-6)  # float32 rounding, as above
+    g_new = torch.autograd.grad(new[0] + new[1], case.raw, retain_graph=True)
+    g_old = torch.autograd.grad(old[0] + old[1], case.raw)
+    for a, b_ in zip(g_new, g_old):
+        torch.testing.assert_close(a, b_, rtol=1e-4, atol=1e-6)
