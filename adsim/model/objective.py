@@ -28,12 +28,13 @@ def match_sets(cfg: TrainConfig, feats, labels, masks, has_mask, grid: int) -> l
     adds the detection branch's per-image mean token (slots L..2L-1; train_zero_da.py:192)."""
     b, n_layers = labels.shape[0], len(feats.seg)
     frac = functional.adaptive_avg_pool2d(masks[:, None], grid).flatten(1)  # (B, N)
+    lesion = (frac >= 0.5).to(frac.dtype)  # (B, N) 0/1 patch label
     normal = has_mask[:, None] * (frac == 0).to(frac.dtype)
-    anomalous = has_mask[:, None] * (frac >= 0.5).to(frac.dtype)
+    anomalous = has_mask[:, None] * lesion
     seg = torch.stack(feats.seg)  # (L, B, N, E)
     img = torch.arange(b, device=labels.device)
     if cfg.gate_unit == "patch":
-        sets = [(0, seg.flatten(1, 2), (frac >= 0.5).to(frac.dtype).flatten(), (normal + anomalous).flatten(),
+        sets = [(0, seg.flatten(1, 2), lesion.flatten(), (normal + anomalous).flatten(),
                  img.repeat_interleave(frac.shape[1]))]
     else:
         def mean(w):  # (B, N) weights -> (L, B, E) unit mean token
