@@ -6,8 +6,8 @@ follows them is timed (the part the matching method adds):
 * ``matching losses``: ``adsim.training.train.matching_losses`` (8 centroid slots, gates, centroid updates,
   ``L_intra``, ``L_inter``) forward + backward on unit features (L x (B, N, E), normalised random
   leaves; the normalisation is timed too);
-* ``objective, match+VACA``: VACA + text scoring (``adsim.model.head._score``) + the full ``objective`` +
-  backward, the matching method's step after the adapters;
+* ``objective, match+VACA``: VACA + text scoring (``adsim.model.head.features_from_bottlenecks``) + the
+  full ``objective`` + backward, the matching method's step after the adapters;
 * ``objective, naive``: the same for the naive-pooling baseline (no VACA, no centroids).
 
 Besides the CPU time, each measurement reports its number of compute aten ops (leaf ops of forward +
@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import inspect
 import json
 import os
@@ -204,12 +205,10 @@ def _compile_run(args) -> str:
 
 def _child(args) -> None:
     sys.path.insert(0, args.child)
-    import importlib
-
     import torch
 
     T = importlib.import_module("adsim.training.train")  # the package re-exports a function named train
-    _score = importlib.import_module("adsim.model.head")._score
+    _score = _scoring(importlib.import_module("adsim.model.head"))
 
     torch.set_num_threads(args.threads)
     for mod in (T,):
@@ -307,13 +306,22 @@ def _count_ops(fn, fused: bool = False) -> int:
                or (fused and "cpp_fused" in ev.name))
 
 
+def _scoring(head_module):
+    """VACA + text scoring ``(head, seg_mid, det_mid) -> Features`` of either version of ``adsim.model.head``:
+    ``features_from_bottlenecks`` without its NaN check (a host sync), or ``_score`` at the old baselines."""
+    if not hasattr(head_module, "features_from_bottlenecks"):
+        return head_module._score
+    return lambda head, seg, det: head_module.features_from_bottlenecks(head, seg, det, check=False)
+
+
 def _matching_losses(T, cfg, head, feats, batch, grid):
-    """``(L_intra, L_inter)`` through either signature of ``adsim.training.train.matching_losses``: ``(head, feats,
-    batch, grid)`` at the baseline commit, ``(cfg, head, feats, labels, masks, has_mask, grid)`` since the
-    recipes (which also return the per-sample weights)."""
-    if "cfg" in inspect.signature(T.matching_losses).parameters:
-        return T.matching_losses(cfg, head, feats, batch["label"], batch["mask"], batch["has_mask"], grid)[:2]
-    return T.matching_losses(head, feats, batch, grid)
+    """``(L_intra, L_inter)`` through either signature of ``matching_losses`` (``adsim.training.train``, later
+    ``adsim.model.objective``): ``(head, feats, batch, grid)`` at the old baseline, ``(cfg, head, feats, labels,
+    masks, has_mask, grid)`` since the recipes (which also return the per-sample weights)."""
+    fn = getattr(T, "matching_losses", None) or importlib.import_module("adsim.model.objective").matching_losses
+    if "cfg" in inspect.signature(fn).parameters:
+        return fn(cfg, head, feats, batch["label"], batch["mask"], batch["has_mask"], grid)[:2]
+    return fn(head, feats, batch, grid)
 
 
 class _FakeFeats:

@@ -99,6 +99,52 @@ class VACA(nn.Module):
         return core.normalize((p_norm if raw is None else raw) * w), var, w
 
 
+def _stackable(modules) -> bool:
+    """Whether :func:`vaca_stacked` can run ``modules`` as one batched computation: the same ``gamma``,
+    ``momentum``, training mode, parameter shapes and buffer dtypes."""
+    first = modules[0]
+
+    def layout(m):
+        return ([p.shape for p in m.parameters()], m.delta_running.dtype, m.gamma, m.momentum, m.training)
+    return all(layout(m) == layout(first) for m in modules[1:])
+
+
+def vaca_stacked(modules, p_norm, text, raw=None) -> tuple:
+    """:class:`VACA` of ``S`` modules as ONE batched computation: ``p_norm: (S, B, N, E)`` unit tokens
+    (slot ``s`` for ``modules[s]``), ``text: (2, E)`` -> ``(P~ (S, B, N, E), Var (S,), w (S, E))``.
+
+    The values of ``modules[s](p_norm[s], text, raw[s])`` (to float32 rounding) with the same running
+    updates of every module's ``delta_running`` and ``n_tracked``, in a fixed number of operations
+    instead of one set per module (each a kernel launch on a GPU): the MLP weights are stacked at call
+    time (their gradients flow back to each module's parameters), the MLP is two batched matmuls, and
+    the buffers are read as one stack and written back by two ``torch._foreach_*`` calls (one fused
+    kernel each on CUDA). Modules that differ in configuration (:func:`_stackable`) run one by one."""
+    if not _stackable(modules):
+        outs = [m(p_norm[s], text, None if raw is None else raw[s]) for s, m in enumerate(modules)]
+        return tuple(torch.stack(t) for t in zip(*outs))
+    first = modules[0]
+    running = torch.stack([m.delta_running for m in modules])  # (S, E)
+    if first.training:
+        with torch.no_grad():
+            delta = (p_norm.float().mean(dim=(1, 2)) * (text[0] - text[1])).abs()  # (S, E)
+            # VACA.forward's update per slot: Delta as is on a module's first batch, then the running mean
+            rate = torch.where(torch.stack([m.n_tracked for m in modules]) == 0, 1.0, first.momentum)[:, None]
+            running = running * (1.0 - rate) + rate * delta
+            torch._foreach_copy_([m.delta_running for m in modules], list(running.unbind(0)))
+            torch._foreach_add_([m.n_tracked for m in modules], 1)
+    else:
+        delta = running
+    lin1, lin2 = zip(*((m.mlp[0], m.mlp[2]) for m in modules))
+
+    def linear(layer, x):  # (S, in, 1) -> (S, out, 1): weight @ x, so each weight's gradient has its layout
+        bias, weight = (torch.stack([getattr(lin, k) for lin in layer]) for k in ("bias", "weight"))
+        return torch.baddbmm(bias[..., None], weight, x)
+    a = linear(lin2, torch.relu(linear(lin1, delta[..., None]))).squeeze(-1)  # (S, E)
+    w = 1.0 + first.gamma * nn.functional.softplus(a)
+    var = torch.var(delta * w, dim=-1, correction=0)
+    return core.normalize((p_norm if raw is None else raw) * w[:, None, None, :]), var, w
+
+
 class Features(NamedTuple):
     """What the adapter head computes for ``B`` images, per adapter layer ``L``: unit features ``(B, N, E)``
     of the segmentation and detection branches, their patch logits ``(B, N)``, the image logits ``(L, B)``,
@@ -190,29 +236,26 @@ def features_from_tokens(head: Head, tokens: torch.Tensor) -> Features:
 
 def features_from_bottlenecks(head: Head, seg_mid: list, det_mid: list, *, check: bool = True) -> Features:
     """Adapter bottlenecks ``L x (B, N, E)`` -> normalisation, VACA, text scoring (float32).
+    All ``2L`` (layer, task) slots run as one stacked ``(2L, B, N, E)`` computation (slots ``0..L-1``
+    segmentation, ``L..2L-1`` detection, the order of ``head.vaca``; :func:`vaca_stacked`); the
+    returned lists hold views of the stacked results.
     ``check=False`` skips the NaN/inf check (a host sync and, under ``torch.compile``, a graph break):
     the caller then checks :func:`finite` itself (``adsim.training.compiled_step`` does, after the compiled step)."""
-    ref = seg_mid[0]
+    n = head.n_layers
     text = head.text
     direction = text[1] - text[0]
-    seg, det, seg_logits, det_logits = [], [], [], []
-    det_raw = []
-    var = ref.new_zeros((), dtype=torch.float32)
-    with torch.autocast(ref.device.type, enabled=False):  # scoring and VACA in float32
-        for k in range(head.n_layers):
-            xs, xd = seg_mid[k].float(), det_mid[k].float()
-            ps, pd = core.normalize(xs), core.normalize(xd)
-            det_raw.append(pd)
-            if head.vaca is not None:  # P~ from the raw tokens: no gradient through ps/pd's normalisation
-                ps, v_s, _ = head.vaca[k](ps, text, raw=xs)
-                pd, v_d, _ = head.vaca[head.n_layers + k](pd, text, raw=xd)
-                var = var + v_s + v_d
-            seg.append(ps)
-            det.append(pd)
-            seg_logits.append(LOGIT_SCALE * ps @ direction)
-            det_logits.append(LOGIT_SCALE * pd @ direction)
-        image_logits = torch.stack([z.amax(dim=1) for z in det_logits])
-    feats = Features(seg, det, seg_logits, det_logits, image_logits, var, det_raw)
+    with torch.autocast(seg_mid[0].device.type, enabled=False):  # scoring and VACA in float32
+        x = torch.stack([*seg_mid, *det_mid]).float()  # (2L, B, N, E)
+        p = core.normalize(x)
+        det_raw = list(p.unbind(0)[n:])
+        var = x.new_zeros(())
+        if head.vaca is not None:  # P~ from the raw tokens: no gradient through p's normalisation
+            p, v, _ = vaca_stacked(list(head.vaca), p, text, raw=x)
+            var = v.sum()
+        logits = LOGIT_SCALE * p @ direction  # (2L, B, N)
+        image_logits = logits[n:].amax(dim=2)
+    p, logits = p.unbind(0), logits.unbind(0)
+    feats = Features(list(p[:n]), list(p[n:]), list(logits[:n]), list(logits[n:]), image_logits, var, det_raw)
     if check:
         check_finite(finite(feats))
     return feats

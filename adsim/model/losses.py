@@ -71,7 +71,7 @@ INTER_FORMS = ("neg_distance", "reciprocal")
 EPS_RECIPROCAL = 1e-6  # the authors' 1 / (d + 1e-6) (train_zero.py:186-187)
 
 
-def intra(f, accepted, c, *, metric: str = "geodesic", power: int = 2, unit: bool = False):
+def intra(f, accepted, c, *, metric: str = "geodesic", power: int = 2, unit: bool = False, unit_c: bool = False):
     """``f: (..., n, d)``, ``accepted: (..., n)`` 0/1, ``c: (..., d)`` -> ``(...)``: mean of
     ``M(f_j, c)^power`` over the accepted ``j`` (0 for an empty set). ``M`` is ``core.distance``
     with ``metric`` (the paper: ``d_G``, ``power = 2``; the authors' code: ``d_G``, ``power = 1``).
@@ -79,29 +79,35 @@ def intra(f, accepted, c, *, metric: str = "geodesic", power: int = 2, unit: boo
     Several centroids at once (one pass over ``f``): ``accepted: (..., k, n)``, ``c: (..., k, d)`` ->
     ``(..., k)``. For ``d_G`` the distances come from ``adsim.model.sphere.unit_geodesic`` (the chord formula
     of ``core.geodesic`` in one fused kernel); ``unit=True``: the rows of ``f`` are already unit
-    vectors (skips normalising them)."""
+    vectors (skips normalising them); ``unit_c=True``: so are the centroids (or zero: uninitialised)."""
     multi = accepted.ndim == f.ndim
     acc = accepted if multi else accepted[..., None, :]
     cc = c if multi else c[..., None, :]
     if metric == "geodesic":
-        d = unit_geodesic(f if unit else core.normalize(f), core.normalize(cc)).transpose(-1, -2)  # (..., k, n)
+        d = unit_geodesic(f if unit else core.normalize(f), cc if unit_c else core.normalize(cc)).transpose(-1, -2)
     else:
         d = core.distance(f[..., None, :, :], cc[..., :, None, :], metric)
     out = (acc * d ** power).sum(-1) / torch.clamp(acc.sum(-1), min=1.0)
     return out if multi else out[..., 0]
 
 
-def inter(c_pos, c_neg, both_initialised, *, metric: str = "geodesic", form: str = "neg_distance"):
-    """Centroid separation over the last axis, times the 0/1 ``both_initialised``.
+def inter(c_pos, c_neg, both_initialised, *, metric: str = "geodesic", form: str = "neg_distance",
+          unit: bool = False):
+    """Centroid separation over the last axis, times the 0/1 ``both_initialised``. ``unit=True``: the
+    centroids are unit (or zero) vectors; the geodesic then comes from ``adsim.model.sphere.unit_geodesic``
+    without normalising them.
 
     * ``neg_distance`` (paper): ``-M(c+, c-)``.
     * ``reciprocal`` (authors' code, train_zero.py:180-187): ``1 / (M(c+, c-) + 1e-6)`` on *detached*
       centroids (the authors read ``centroid.data``), so it adds a value but no gradient."""
+    def dist(a, b):
+        if unit and metric == "geodesic":
+            return unit_geodesic(a[..., None, :], b[..., None, :]).squeeze((-2, -1))
+        return core.distance(a, b, metric)
     if form == "neg_distance":
-        return -core.distance(c_pos, c_neg, metric) * both_initialised
+        return -dist(c_pos, c_neg) * both_initialised
     if form == "reciprocal":
-        d = core.distance(c_pos.detach(), c_neg.detach(), metric)
-        return both_initialised / (d + EPS_RECIPROCAL)
+        return both_initialised / (dist(c_pos.detach(), c_neg.detach()) + EPS_RECIPROCAL)
     raise ValueError(f"inter_form must be one of {INTER_FORMS}, got {form!r}")
 
 

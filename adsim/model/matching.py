@@ -103,17 +103,22 @@ def _decide(d_pos, d_neg, init_pos, init_neg, tau=None):
     return ok_pos, ok_neg
 
 
-def _batched(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric, alpha, update, tau=None) -> Matched:
-    """The batched gate for ``S`` slots at once with plain batched ops (no vmap).
+def _pair_gate(dist, inits, tau=None):
+    """:func:`_decide` for both centroids at once: ``dist: (..., 2)`` distances to ``(c+, c-)``, ``inits``
+    broadcast against it -> bool ``(..., 2)``. The same rule: own centroid strictly closer than the other
+    (an uninitialised other infinitely far) or, with ``tau``, closer than ``tau``; an uninitialised
+    own centroid accepts."""
+    known = inits > 0
+    d = torch.where(known, dist, float("inf"))
+    return torch.where(known, d < (d.flip(-1) if tau is None else tau), True)
 
-    ``f: (S, n, d)`` *unit* features, ``is_pos, is_neg: (n,)`` 0/1 label weights, ``c_*: (S, d)``,
-    ``init_*: (S,)``, ``tau`` as :func:`_gate`. Per slot the same as the per-feature rule of
-    :func:`match`: distances to the batch-start centroids (no gradient: the gate is 0/1), then each centroid moves one step towards
-    the normalised mean of its matched features. Costs per slot: one fused pass over ``f`` for the
-    geodesic gate (``_sphere.chords``, no gradient) and one matmul for both matched sums.
-    """
-    cents = torch.stack([c_pos, c_neg], dim=1)  # (S, 2, d)
-    inits = torch.stack([init_pos, init_neg], dim=1)  # (S, 2)
+
+def _batched_sums(f, labels, cents, inits, *, metric, tau=None) -> tuple:
+    """The batched gate's decisions and matched sums for ``S`` slots: ``f: (S, n, d)`` *unit* features,
+    ``labels: (n, 2)`` 0/1 weights (is normal, is anomalous), ``cents: (S, 2, d)`` batch-start centroids
+    ``(c+, c-)``, ``inits: (S, 2)`` -> ``(acc (S, 2, n) 0/1, num (S, 2, d) sums of the matched
+    features)``. Distances carry no gradient (the gate is 0/1); one fused pass over ``f`` for the
+    geodesic gate (``_sphere.chords``) and one matmul for both matched sums."""
     with torch.no_grad():
         if metric == "geodesic" and tau is None:
             # the angle 2 asin(y / 2) increases with the chord y = ||f - c^||, so comparing chords is
@@ -121,20 +126,48 @@ def _batched(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric, alp
             (dist,) = chords(f, core.normalize(cents), both=False)  # (S, n, 2)
         else:  # ablation metrics and a fixed radius: the generic definitions (forward only)
             dist = core.distance(f[:, :, None, :], cents[:, None, :, :], metric)
-        ok_pos, ok_neg = _decide(dist[..., 0], dist[..., 1], init_pos[:, None], init_neg[:, None], tau)
-    acc = torch.stack([ok_pos * is_pos, ok_neg * is_neg], dim=1).to(f.dtype)  # (S, 2, n)
-    total = acc.sum(-1)  # (S, 2)
-    has = total > 0
-    # matched means (the core.weighted_mean rule, as one batched matmul for both centroids), in
-    # float32 like the rest of matching even when called inside an autocast region
+        ok = _pair_gate(dist, inits[:, None, :], tau)
+    acc = (ok * labels).to(f.dtype).transpose(1, 2)  # (S, 2, n)
+    # the matched sums as one batched matmul for both centroids, in float32 like the rest of matching
+    # even when called inside an autocast region
     with torch.autocast(f.device.type, enabled=False):
-        num = acc @ f  # (S, 2, d)
-    mean = torch.where(has[..., None], num / torch.where(has, total, 1.0)[..., None], cents)
-    moved = _move(cents, core.normalize(mean), alpha, update)
-    h = has.to(f.dtype)
-    new = h[..., None] * moved + (1.0 - h[..., None]) * cents
-    inits = torch.maximum(inits, h)
+        return acc, acc @ f
+
+
+def _batched_update(num, total, cents, inits, *, alpha, update) -> tuple:
+    """Each centroid one step towards the normalised mean of its matched features: ``num: (S, 2, d)``
+    matched sums, ``total: (S, 2)`` their counts, ``cents: (S, 2, d)``, ``inits: (S, 2)`` -> ``(new
+    centroids (S, 2, d), new inits (S, 2))``; a centroid without matched features stays as it was. The
+    normalised mean is ``normalize(num)`` (the count only scales it)."""
+    has = total > 0
+    moved = _move(cents, core.normalize(torch.where(has[..., None], num, cents)), alpha, update)
+    return torch.where(has[..., None], moved, cents), torch.maximum(inits, has.to(inits.dtype))
+
+
+def _batched(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric, alpha, update, tau=None) -> Matched:
+    """The batched gate for ``S`` slots at once with plain batched ops (no vmap).
+
+    ``f: (S, n, d)`` *unit* features, ``is_pos, is_neg: (n,)`` 0/1 label weights, ``c_*: (S, d)``,
+    ``init_*: (S,)``, ``tau`` as :func:`_gate`. Per slot the same as the per-feature rule of
+    :func:`match`: distances to the batch-start centroids, then each centroid moves one step towards
+    the normalised mean of its matched features (:func:`_batched_sums`, :func:`_batched_update`).
+    """
+    cents = torch.stack([c_pos, c_neg], dim=1)  # (S, 2, d)
+    inits = torch.stack([init_pos, init_neg], dim=1).to(f.dtype)  # (S, 2)
+    acc, num = _batched_sums(f, torch.stack([is_pos, is_neg], -1), cents, inits, metric=metric, tau=tau)
+    new, inits = _batched_update(num, acc.sum(-1), cents, inits, alpha=alpha, update=update)
     return Matched(new[:, 0], new[:, 1], acc[:, 0], acc[:, 1], inits[:, 0], inits[:, 1])
+
+
+def _runs(slices: list) -> list:
+    """The indices of ``slices`` (disjoint slot ranges) grouped into runs of adjacent ranges, in slot order."""
+    runs = []
+    for i in sorted(range(len(slices)), key=lambda i: slices[i].start):
+        if runs and slices[runs[-1][-1]].stop == slices[i].start:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
 
 
 def match(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
@@ -484,6 +517,11 @@ def sequential_sets(sets: list, *, metric: str, alpha: float, update: str, tau: 
     return [sequential_centroids(d, alpha=alpha, update=update, steps=st) for d, st in zip(decs, steps)]
 
 
+def _cat(tensors: list) -> torch.Tensor:
+    """``torch.cat`` along axis 0 that returns a single tensor as is (no copy)."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+
+
 class CentroidBank(torch.nn.Module):
     """Centroid state for ``n_slots`` (layer, task) pairs, stored as buffers so it is checkpointed.
 
@@ -531,12 +569,28 @@ class CentroidBank(torch.nn.Module):
         slices = [slice(start, start + f.shape[0]) for start, f, _, _ in items]
         states = [(self.c_pos[sl], self.c_neg[sl], self.init_pos[sl], self.init_neg[sl]) for sl in slices]
         if self.mode == "batched":
-            outs = []
-            for (_, f, y, valid), state in zip(items, states):
-                f = f.float() if unit else core.normalize(f.float())
-                y, valid = y.to(f.dtype), valid.to(f.dtype)
-                outs.append(_batched(f, (1.0 - y) * valid, y * valid, *state, metric=self.metric, alpha=self.alpha,
-                                     update=self.update, tau=self.tau))
+            outs = [None] * len(items)
+            for run in _runs(slices):  # adjacent slot ranges: one centroid update for all their slots
+                lo, hi = slices[run[0]].start, slices[run[-1]].stop
+                cents = torch.stack([self.c_pos[lo:hi], self.c_neg[lo:hi]], dim=1)  # (S, 2, d)
+                inits = torch.stack([self.init_pos[lo:hi], self.init_neg[lo:hi]], dim=1)  # (S, 2)
+                accs, nums = [], []
+                for i in run:
+                    _, f, y, valid = items[i]
+                    f = f.float() if unit else core.normalize(f.float())
+                    y, valid = y.to(f.dtype), valid.to(f.dtype)
+                    rows = slice(slices[i].start - lo, slices[i].stop - lo)
+                    acc, num = _batched_sums(f, torch.stack([(1.0 - y) * valid, y * valid], -1), cents[rows],
+                                             inits[rows], metric=self.metric, tau=self.tau)
+                    accs.append(acc)
+                    nums.append(num)
+                new, new_inits = _batched_update(_cat(nums), _cat([a.sum(-1) for a in accs]), cents, inits,
+                                                 alpha=self.alpha, update=self.update)
+                # each set's rows by one unbind and one split (each a single op in the backward pass)
+                sizes = [slices[i].stop - slices[i].start for i in run]
+                c_pos, c_neg, i_pos, i_neg = (t.split(sizes) for t in (*new.unbind(1), *new_inits.unbind(1)))
+                for j, (i, acc) in enumerate(zip(run, accs)):
+                    outs[i] = Matched(c_pos[j], c_neg[j], acc[:, 0], acc[:, 1], i_pos[j], i_neg[j])
         else:  # exact sequential gate, all slots of a set in one kernel / compiled scan (EMA and slerp)
             sets = [(f, y, valid, *state) for (_, f, y, valid), state in zip(items, states)]
             # under torch.compile: in the graph (gate_decisions_op), or eagerly between compiled graphs

@@ -28,12 +28,13 @@ def match_sets(cfg: TrainConfig, feats, labels, masks, has_mask, grid: int) -> l
     adds the detection branch's per-image mean token (slots L..2L-1; train_zero_da.py:192)."""
     b, n_layers = labels.shape[0], len(feats.seg)
     frac = functional.adaptive_avg_pool2d(masks[:, None], grid).flatten(1)  # (B, N)
+    lesion = (frac >= 0.5).to(frac.dtype)  # (B, N) 0/1 patch label
     normal = has_mask[:, None] * (frac == 0).to(frac.dtype)
-    anomalous = has_mask[:, None] * (frac >= 0.5).to(frac.dtype)
+    anomalous = has_mask[:, None] * lesion
     seg = torch.stack(feats.seg)  # (L, B, N, E)
     img = torch.arange(b, device=labels.device)
     if cfg.gate_unit == "patch":
-        sets = [(0, seg.flatten(1, 2), (frac >= 0.5).to(frac.dtype).flatten(), (normal + anomalous).flatten(),
+        sets = [(0, seg.flatten(1, 2), lesion.flatten(), (normal + anomalous).flatten(),
                  img.repeat_interleave(frac.shape[1]))]
     else:
         def mean(w):  # (B, N) weights -> (L, B, E) unit mean token
@@ -66,19 +67,24 @@ def matching_losses(cfg: TrainConfig, head: Head, feats, labels, masks, has_mask
             failed = failed.index_add(0, owner, (v * (1.0 - m.acc_pos - m.acc_neg)).amax(0))
         keep = (failed == 0).to(labels.dtype)
     norm = len(matched) * head.n_layers
+    # the centroids of Matched are unit vectors (or zero, uninitialised): no normalisation in the losses
     intra = inter = 0.0
     for f, owner, _, m in matched:
-        k = keep[owner]
-        acc_pos, acc_neg = m.acc_pos * k, m.acc_neg * k
+        acc_pos, acc_neg = m.acc_pos, m.acc_neg
+        if cfg.gate_filter == "skip_step":
+            k = keep[owner]
+            acc_pos, acc_neg = acc_pos * k, acc_neg * k
         both = losses.intra(f, torch.stack([acc_pos, acc_neg], -2), torch.stack([m.c_pos, m.c_neg], -2), metric=lm,
-                       power=cfg.intra_power, unit=True)  # (L, 2)
-        intra = intra + both.sum() / norm
-        inter = inter + losses.inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg, metric=lm,
-                                form=cfg.inter_form).sum() / norm
+                            power=cfg.intra_power, unit=True, unit_c=True)  # (L, 2)
+        intra = intra + both.sum()
         if cfg.inter_form == "reciprocal":
             inter = inter + (losses.cross(f, acc_pos, m.c_neg, m.init_neg, metric=lm)
-                             + losses.cross(f, acc_neg, m.c_pos, m.init_pos, metric=lm)).sum() / norm
-    return intra, inter, keep
+                             + losses.cross(f, acc_neg, m.c_pos, m.init_pos, metric=lm)).sum()
+    # L_inter of every slot at once
+    c_pos, c_neg, init_pos, init_neg = (torch.cat([getattr(m, k) for *_, m in matched])
+                                        for k in ("c_pos", "c_neg", "init_pos", "init_neg"))
+    inter = inter + losses.inter(c_pos, c_neg, init_pos * init_neg, metric=lm, form=cfg.inter_form, unit=True).sum()
+    return intra / norm, inter / norm, keep
 
 
 def pixel_mask_weights(cfg: TrainConfig, batch) -> torch.Tensor:

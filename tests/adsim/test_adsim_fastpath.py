@@ -9,6 +9,7 @@ References, written here so they stay fixed while the library changes:
 """
 import math
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -170,13 +171,21 @@ def _previous_matching_losses(bank, f_seg, f_img, y_patch, v_patch, labels):
     return intra, inter
 
 
-def test_matching_losses_equal_previous_objective_block():
-    g = torch.Generator().manual_seed(11)
-    n_layers, b, grid, e, size = 4, 6, 5, 16, 20
-    text = _unit(torch.randn(2, e, generator=g))
-    cfg = TrainConfig(data="", target="Brain", out="", gate_mode="batched")  # the previous block's gate
-    head = make_head(cfg, e, e, text, n_layers=n_layers).train()
-    _load(head.centroids, _state(g, 2 * n_layers, e))
+class _Case(NamedTuple):
+    masks: torch.Tensor
+    batch: dict
+    raw: list
+    feats: object
+    f_seg: torch.Tensor
+    f_img: torch.Tensor
+    y_patch: torch.Tensor
+    v_patch: torch.Tensor
+
+
+def _matching_case(g, n_layers, b, grid, e, size) -> _Case:
+    """Masks (every other image a lesion; image 4 without a mask), labels, random token leaves ``raw`` and
+    their unit features, and the previous block's inputs derived from them as in ``matching_losses``
+    (checked against it by value in the tests)."""
     masks = torch.zeros(b, size, size)
     masks[1::2, 4:12, 4:12] = 1.0
     batch = {"mask": masks, "has_mask": torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0]),
@@ -187,12 +196,24 @@ def test_matching_losses_equal_previous_objective_block():
         seg = [_core.normalize(t) for t in raw[:n_layers]]
         det = [_core.normalize(t) for t in raw[n_layers:]]
 
-    # the previous block's inputs, derived as in matching_losses (checked against it by value below)
     frac = torch.nn.functional.adaptive_avg_pool2d(masks[:, None], grid).flatten(1)
     y_patch = (frac >= 0.5).float().flatten()
     v_patch = (batch["has_mask"][:, None] * ((frac == 0) | (frac >= 0.5)).float()).flatten()
     f_seg = torch.stack([s.flatten(0, 1) for s in Feats.seg])
     f_img = _core.normalize(torch.stack([d.mean(dim=1) for d in Feats.det]))
+    return _Case(masks, batch, raw, Feats, f_seg, f_img, y_patch, v_patch)
+
+
+def test_matching_losses_equal_previous_objective_block():
+    g = torch.Generator().manual_seed(11)
+    n_layers, b, grid, e, size = 4, 6, 5, 16, 20
+    text = _unit(torch.randn(2, e, generator=g))
+    cfg = TrainConfig(data="", target="Brain", out="", gate_mode="batched")  # the previous block's gate
+    head = make_head(cfg, e, e, text, n_layers=n_layers).train()
+    _load(head.centroids, _state(g, 2 * n_layers, e))
+    case = _matching_case(g, n_layers, b, grid, e, size)
+    masks, batch, raw, Feats = case.masks, case.batch, case.raw, case.feats
+    f_seg, f_img, y_patch, v_patch = case.f_seg, case.f_img, case.y_patch, case.v_patch
     old = _previous_matching_losses(head.centroids, f_seg, f_img, y_patch, v_patch, batch["label"])
     new = matching_losses(cfg, head, Feats, batch["label"], masks, batch["has_mask"], grid)
     assert new[2].tolist() == [1.0] * b  # gate_filter="centroids": every sample keeps its losses
@@ -257,3 +278,139 @@ def test_vaca_from_raw_tokens_equals_from_unit_tokens():
     torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-6)
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("tau", [None, 1.6])
+def test_bank_steps_of_several_sets_equal_the_previous_rule_per_set(tau):
+    # sets in any order, two adjacent (one centroid update for both) and one after a gap (slot 2 untouched);
+    # oracle: _previous_match per slot (tau: the fixed-radius gate written out below), values and gradients
+    g = torch.Generator().manual_seed(3)
+    d = 12
+    bank = CentroidBank(7, d, tau=tau)
+    state = _state(g, 7, d)
+    _load(bank, state)
+    sets = [(3, 2, 40), (0, 2, 25), (5, 2, 9)]  # (start, slots, n)
+    feats = [torch.randn(s, n, d, generator=g).requires_grad_(True) for _, s, n in sets]
+    labels = [((torch.rand(n, generator=g) < 0.4).float(), (torch.rand(n, generator=g) < 0.9).float())
+              for _, _, n in sets]
+    outs = bank.steps([(start, f, y, v) for (start, _, _), f, (y, v) in zip(sets, feats, labels)])
+    r = torch.randn(2, 7, d, generator=g)  # a random linear read-out of the new centroids
+    got = sum((m.c_pos * r[0, st:st + s]).sum() + (m.c_neg * r[1, st:st + s]).sum() for (st, s, _), m in zip(sets, outs))
+    g_got = torch.autograd.grad(got, feats)
+    want = 0.0
+    for (st, s, _), f, (y, v), m in zip(sets, feats, labels, outs):
+        sl = slice(st, st + s)
+        ref = torch.func.vmap(partial(_previous_match, metric="geodesic"), in_dims=(0, None, None, 0, 0, 0, 0))(
+            f, y, v, *(t[sl] for t in state))
+        if tau is not None:  # fixed radius: own centroid within tau (an uninitialised own centroid accepts)
+            with torch.no_grad():
+                fu = _core.normalize(f)
+                for k, (c, init) in enumerate(((state[0][sl], state[2][sl]), (state[1][sl], state[3][sl]))):
+                    ok = torch.where(init[:, None] > 0, (_core.geodesic(fu, c[:, None]) < tau).float(), 1.0)
+                    lab = (1.0 - y) * v if k == 0 else y * v
+                    torch.testing.assert_close(m[2 + k], ok * lab)
+            assert 0 < float(m.acc_pos.sum() + m.acc_neg.sum()) < 2 * s * float(v.sum())  # some accepted, not all
+            continue
+        for a, b in zip(m, ref):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)  # as test_bank_batched_step_equals_previous_vmap
+        want = want + (ref.c_pos * r[0, sl]).sum() + (ref.c_neg * r[1, sl]).sum()
+    for (st, s, _), m in zip(sets, outs):  # the stored state is the result; slot 2 untouched
+        torch.testing.assert_close(bank.c_pos[st:st + s], m.c_pos.detach())
+        torch.testing.assert_close(bank.init_neg[st:st + s], m.init_neg)
+    assert torch.equal(bank.c_pos[2], state[0][2]) and torch.equal(bank.c_neg[2], state[1][2])
+    if tau is None:
+        for a, b in zip(g_got, torch.autograd.grad(want, feats)):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _generic_matching_losses(cfg, bank, f_seg, f_img, y_patch, v_patch, owner, labels):
+    """The matching block written with the generic, normalising loss calls (``losses.intra/inter/cross``
+    without the unit shortcuts) on ``_previous_match`` per slot; ``cfg``'s gate filter, intra power and
+    inter form. Returns ``(intra, inter, keep)``."""
+    state = [t.clone() for t in (bank.c_pos, bank.c_neg, bank.init_pos, bank.init_neg)]
+    n_layers, b = f_seg.shape[0], labels.shape[0]
+    sets = [(0, f_seg, y_patch, v_patch, owner)]
+    if cfg.match_branches == "seg+det":
+        sets.append((n_layers, f_img, labels, torch.ones_like(labels), torch.arange(b)))
+    ms = []
+    for start, f, y, v, own in sets:
+        sl = slice(start, start + n_layers)
+        ms.append(torch.func.vmap(partial(_previous_match, metric="geodesic"), in_dims=(0, None, None, 0, 0, 0, 0))(
+            f, y, v, *(t[sl] for t in state)))
+    keep = torch.ones(b)
+    if cfg.gate_filter == "skip_step":
+        failed = torch.zeros(b)
+        for (_, _, _, v, own), m in zip(sets, ms):
+            for j in range(own.shape[0]):  # any layer: a valid unit neither centroid accepted
+                if float((v[j] * (1.0 - m.acc_pos[:, j] - m.acc_neg[:, j])).max()) > 0:
+                    failed[own[j]] = 1.0
+        keep = (failed == 0).float()
+    intra = inter = 0.0
+    norm = len(sets) * n_layers
+    for (_, f, _, _, own), m in zip(sets, ms):
+        ap, an = m.acc_pos * keep[own], m.acc_neg * keep[own]
+        intra = intra + (losses.intra(f, ap, m.c_pos, power=cfg.intra_power)
+                         + losses.intra(f, an, m.c_neg, power=cfg.intra_power)).sum() / norm
+        inter = inter + losses.inter(m.c_pos, m.c_neg, m.init_pos * m.init_neg, form=cfg.inter_form).sum() / norm
+        if cfg.inter_form == "reciprocal":
+            inter = inter + (losses.cross(f, ap, m.c_neg, m.init_neg) + losses.cross(f, an, m.c_pos, m.init_pos)).sum() / norm
+    return intra, inter, keep
+
+
+@pytest.mark.parametrize("options", [{}, {"gate_filter": "skip_step", "inter_form": "reciprocal", "intra_power": 1},
+                                     {"match_branches": "seg"}])
+def test_matching_losses_equal_the_generic_formulas(options):
+    g = torch.Generator().manual_seed(12)
+    n_layers, b, grid, e, size = 4, 6, 5, 16, 20
+    cfg = TrainConfig(data="", target="Brain", out="", gate_mode="batched")._replace(**options)
+    head = make_head(cfg, e, e, _unit(torch.randn(2, e, generator=g)), n_layers=n_layers).train()
+    state = _state(g, 2 * n_layers, e)
+    if cfg.gate_filter == "skip_step":  # only slot L initialised (others accept all): some samples pass the gate
+        for t in state:
+            t[:n_layers].zero_()
+            t[n_layers + 1:].zero_()
+    _load(head.centroids, state)
+    case = _matching_case(g, n_layers, b, grid, e, size)
+    masks, has_mask, labels, raw = case.masks, case.batch["has_mask"], case.batch["label"], case.raw
+    owner = torch.arange(b).repeat_interleave(grid * grid)
+    old = _generic_matching_losses(cfg, head.centroids, case.f_seg, case.f_img, case.y_patch, case.v_patch, owner,
+                                   labels)
+    new = matching_losses(cfg, head, case.feats, labels, masks, has_mask, grid)
+    assert torch.equal(new[2], old[2])
+    if cfg.gate_filter == "skip_step":
+        assert 0 < float(new[2].sum()) < b  # some samples failed the gate, some passed
+    for a, b_ in zip(new[:2], old[:2]):
+        torch.testing.assert_close(a, b_, rtol=1e-5, atol=1e-6)  # float32 rounding, as above
+    g_new = torch.autograd.grad(new[0] + new[1], raw, retain_graph=True, allow_unused=True)
+    g_old = torch.autograd.grad(old[0] + old[1], raw, allow_unused=True)
+    for a, b_ in zip(g_new, g_old):  # None: a detection token without the detection branch
+        assert (a is None) == (b_ is None)
+        if a is not None:
+            torch.testing.assert_close(a, b_, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("update", ["ema", "slerp"])
+def test_matching_losses_of_the_exact_gate_equal_the_renormalising_losses(update, monkeypatch):
+    # matching_losses takes the gate's centroids as unit vectors (no renormalisation in L_intra / L_inter);
+    # oracle: the same block with the normalising loss formulas (the exact gate's centroids are unit too)
+    g = torch.Generator().manual_seed(13)
+    n_layers, b, grid, e, size = 4, 6, 5, 16, 20
+    cfg = TrainConfig(data="", target="Brain", out="", gate_mode="sequential", update=update)
+    head = make_head(cfg, e, e, _unit(torch.randn(2, e, generator=g)), n_layers=n_layers).train()
+    state = _state(g, 2 * n_layers, e)
+    case = _matching_case(g, n_layers, b, grid, e, size)
+    args = (case.feats, case.batch["label"], case.masks, case.batch["has_mask"], grid)
+    _load(head.centroids, state)
+    new = matching_losses(cfg, head, *args)
+    intra, inter = losses.intra, losses.inter
+    monkeypatch.setattr(losses, "intra", lambda *a, **k: intra(*a, **{**k, "unit_c": False}))
+    monkeypatch.setattr(losses, "inter", lambda *a, **k: inter(*a, **{**k, "unit": False}))
+    _load(head.centroids, state)
+    old = matching_losses(cfg, head, *args)
+    assert float(new[0].detach()) > 0 and float(new[1].detach()) < 0  # something matched, both centroids exist
+    for a, b_ in zip(new[:2], old[:2]):
+        torch.testing.assert_close(a, b_, rtol=1e-5, atol=1e-6)  # float32 rounding, as above
+    g_new = torch.autograd.grad(new[0] + new[1], case.raw, retain_graph=True)
+    g_old = torch.autograd.grad(old[0] + old[1], case.raw)
+    for a, b_ in zip(g_new, g_old):
+        torch.testing.assert_close(a, b_, rtol=1e-4, atol=1e-6)

@@ -17,7 +17,17 @@ from adsim.model.backbone import (
     frozen_tokens,
     read_checkpoint,
 )
-from adsim.model.head import VACA, Features, Head, anomaly_maps, features, image_scores, text_embeddings
+from adsim.model.head import (
+    VACA,
+    Features,
+    Head,
+    anomaly_maps,
+    features,
+    features_from_bottlenecks,
+    image_scores,
+    text_embeddings,
+    vaca_stacked,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::adsim.model.backbone.RandomWeightsWarning")
 
@@ -287,3 +297,116 @@ def test_score_batches_and_run_score_pass_the_scoring_through():
     assert run_score(SimpleNamespace(scoring="authors_prob_mean"), "logit_mean") == "logit_mean"  # override
     with pytest.raises(ValueError, match="score must be one of"):
         run("probability")
+
+
+def _vaca_modules(n, dim, seed, **kw):
+    torch.manual_seed(seed)  # every module its own random MLP
+    return torch.nn.ModuleList(VACA(dim, **kw) for _ in range(n))
+
+
+def test_vaca_stacked_matches_each_module_over_training_steps_and_in_eval():
+    # Oracle: each module's own VACA.forward on its slot. Tolerances: float32 rounding only (the batched
+    # matmuls and reductions sum in another order), i.e. assert_close's float32 defaults (rtol 1.3e-6,
+    # atol 1e-5).
+    stacked, oracle = _vaca_modules(6, 16, 0, gamma=2.0), _vaca_modules(6, 16, 0, gamma=2.0)
+    g = torch.Generator().manual_seed(1)
+    text = torch.nn.functional.normalize(torch.randn(2, 16, generator=g), dim=-1)
+    for step in range(4):
+        if step == 3:  # evaluation: the running Delta of the three training steps
+            stacked.eval()
+            oracle.eval()
+        raw = (torch.randn(6, 3, 5, 16, generator=g) + 0.5).requires_grad_(True)
+        raw_o = raw.detach().clone().requires_grad_(True)
+        out, var, w = vaca_stacked(list(stacked), torch.nn.functional.normalize(raw, dim=-1), text, raw=raw)
+        outs = [m(torch.nn.functional.normalize(raw_o[s], dim=-1), text, raw=raw_o[s]) for s, m in enumerate(oracle)]
+        assert out.shape == (6, 3, 5, 16) and var.shape == (6,) and w.shape == (6, 16)
+        torch.testing.assert_close(out, torch.stack([o[0] for o in outs]))
+        torch.testing.assert_close(var, torch.stack([o[1] for o in outs]))
+        torch.testing.assert_close(w, torch.stack([o[2] for o in outs]))
+        # a loss reaching every output: the same gradients to the tokens and to every module's MLP
+        weights = torch.randn(6, 3, 5, 16, generator=g)
+        ((out * weights).sum() + var.sum()).backward()
+        (sum((o[0] * weights[s]).sum() + o[1] for s, o in enumerate(outs))).backward()
+        torch.testing.assert_close(raw.grad, raw_o.grad)
+        for (name, p), q in zip(stacked.named_parameters(), oracle.parameters()):
+            assert p.grad is not None, name
+            torch.testing.assert_close(p.grad, q.grad, msg=name)
+        stacked.zero_grad()
+        oracle.zero_grad()
+        for a, b in zip(stacked, oracle):  # running statistics and counters written back per module
+            torch.testing.assert_close(a.delta_running, b.delta_running)
+            assert int(a.n_tracked) == int(b.n_tracked) == min(step + 1, 3)
+    assert not torch.equal(stacked[0].delta_running, stacked[1].delta_running)  # per-slot statistics
+
+
+def test_vaca_stacked_runs_modules_of_different_configuration_one_by_one():
+    mods = _vaca_modules(3, 16, 0)
+    mods[1].gamma = 3.0  # not stackable: each module's own forward (exactly its values)
+    oracle = _vaca_modules(3, 16, 0)
+    oracle[1].gamma = 3.0
+    p = torch.nn.functional.normalize(torch.randn(3, 2, 4, 16), dim=-1)
+    text = torch.nn.functional.normalize(torch.randn(2, 16), dim=-1)
+    out, var, w = vaca_stacked(list(mods), p, text)
+    for s, m in enumerate(oracle):
+        o, v, ww = m(p[s], text)
+        assert torch.equal(out[s], o) and torch.equal(var[s], v) and torch.equal(w[s], ww)
+        assert torch.equal(mods[s].delta_running, m.delta_running)
+
+
+def _per_layer_features(head, seg_mid, det_mid):
+    """The head's scoring written out layer by layer with each VACA module's own forward (the oracle of
+    the stacked ``features_from_bottlenecks``): ``(seg, det, seg_logits, det_logits, image_logits, var, det_raw)``."""
+    direction = head.text[1] - head.text[0]
+    out = [[], [], [], [], None, torch.zeros(()), []]
+    for k in range(head.n_layers):
+        xs, xd = seg_mid[k].float(), det_mid[k].float()
+        ps, pd = torch.nn.functional.normalize(xs, dim=-1), torch.nn.functional.normalize(xd, dim=-1)
+        out[6].append(pd)
+        if head.vaca is not None:
+            ps, v_s, _ = head.vaca[k](ps, head.text, raw=xs)
+            pd, v_d, _ = head.vaca[head.n_layers + k](pd, head.text, raw=xd)
+            out[5] = out[5] + v_s + v_d
+        out[0].append(ps)
+        out[1].append(pd)
+        out[2].append(100.0 * ps @ direction)
+        out[3].append(100.0 * pd @ direction)
+    out[4] = torch.stack([z.amax(dim=1) for z in out[3]])
+    return out
+
+
+@pytest.mark.parametrize("vaca", [True, False])
+def test_features_from_bottlenecks_match_the_per_layer_oracle(vaca):
+    # Oracle: the per-layer loop with each VACA module's own forward. Tolerances: float32 rounding
+    # (assert_close's float32 defaults, rtol 1.3e-6, atol 1e-5); the logits are 100 <f, t>, hence atol 1e-4
+    text = torch.nn.functional.normalize(torch.randn(2, 32, generator=torch.Generator().manual_seed(0)), dim=-1)
+    torch.manual_seed(0)
+    head = Head(64, 32, text, vaca=vaca).train()
+    torch.manual_seed(0)
+    oracle = Head(64, 32, text, vaca=vaca).train()
+    g = torch.Generator().manual_seed(2)
+    for step in range(3):
+        if step == 2:
+            head.eval()
+            oracle.eval()
+        mids = [torch.randn(2, 9, 32, generator=g).requires_grad_(True) for _ in range(8)]
+        mids_o = [t.detach().clone().requires_grad_(True) for t in mids]
+        f = features_from_bottlenecks(head, mids[:4], mids[4:])
+        ref = _per_layer_features(oracle, mids_o[:4], mids_o[4:])
+        for name, got, want in zip(Features._fields, f, ref):
+            tol = {"rtol": 1.3e-6, "atol": 1e-4} if "logits" in name else {}
+            torch.testing.assert_close(torch.stack(list(got)) if isinstance(got, list) else got,
+                                       torch.stack(want) if isinstance(want, list) else want, msg=name, **tol)
+        weights = torch.randn(4, 2, 9, 32, generator=g)
+        loss = (torch.stack(f.seg) * weights).sum() + torch.stack(f.seg_logits).sum() + f.image_logits.sum() + f.var
+        loss_o = ((torch.stack(ref[0]) * weights).sum() + torch.stack(ref[2]).sum() + ref[4].sum() + ref[5])
+        loss.backward()
+        loss_o.backward()
+        for a, b in zip(mids, mids_o):
+            torch.testing.assert_close(a.grad, b.grad)
+        for (name, p), q in zip(head.named_parameters(), oracle.parameters()):
+            if q.grad is not None:
+                torch.testing.assert_close(p.grad, q.grad, msg=name)
+        head.zero_grad()
+        oracle.zero_grad()
+    for (name, a), b in zip(head.state_dict().items(), oracle.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=name)
