@@ -159,9 +159,9 @@ def _batched(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, *, metric, alp
     return Matched(new[:, 0], new[:, 1], acc[:, 0], acc[:, 1], inits[:, 0], inits[:, 1])
 
 
-def _runs(slices: list) -> list:
+def _runs(slices: list) -> list[list[int]]:
     """The indices of ``slices`` (disjoint slot ranges) grouped into runs of adjacent ranges, in slot order."""
-    runs = []
+    runs: list[list[int]] = []
     for i in sorted(range(len(slices)), key=lambda i: slices[i].start):
         if runs and slices[runs[-1][-1]].stop == slices[i].start:
             runs[-1].append(i)
@@ -569,7 +569,7 @@ class CentroidBank(torch.nn.Module):
         slices = [slice(start, start + f.shape[0]) for start, f, _, _ in items]
         states = [(self.c_pos[sl], self.c_neg[sl], self.init_pos[sl], self.init_neg[sl]) for sl in slices]
         if self.mode == "batched":
-            outs = [None] * len(items)
+            outs: list = [None] * len(items)
             for run in _runs(slices):  # adjacent slot ranges: one centroid update for all their slots
                 lo, hi = slices[run[0]].start, slices[run[-1]].stop
                 cents = torch.stack([self.c_pos[lo:hi], self.c_neg[lo:hi]], dim=1)  # (S, 2, d)
