@@ -17,8 +17,8 @@ names it; the Triton rows are skipped, with that label, on the CPU) and the lite
 one batch's patch features.
 
 Compiled rows (``adsim.training.compiled_step``: what ``train`` runs by default on CUDA): the bare, naive,
-matching+VACA (batched gate) and matching+VACA (exact sequential gate, run eagerly between the compiled
-graphs) steps with everything after the frozen trunk under ``torch.compile`` (``--compile-mode``,
+matching+VACA (batched gate) and matching+VACA (exact sequential gate, EMA: its Triton kernel inside the
+graph as ``torch.ops.adsim.gate_decisions``) steps with everything after the frozen trunk under ``torch.compile`` (``--compile-mode``,
 default ``reduce-overhead`` = inductor + CUDA graphs), each with the time of its first two calls
 (compilation + steps), and the 8 batched gates compiled alone. A step whose compilation fails (the
 training step would fall back to eager with a warning) is a FAILED row, and the benchmark goes on. The
