@@ -306,10 +306,11 @@ def _to_torch(a, device) -> torch.Tensor:
 
 
 def ema_trajectory(f, c0, moved, r, alpha: float):
-    """Centroids after the EMA steps of Algorithm 1 as one weighted sum, ``(S, d)``.
+    """Centroids after the EMA steps of Algorithm 1 as one weighted sum, ``(S, d)`` (or ``(S, k, d)``).
 
     ``f: (S, n, d)`` unit features, ``c0: (S, d)`` start centroids, ``moved: (S, n)`` 0/1 (feature
-    ``j`` moved the centroid), ``r: (S, n)`` the normaliser of each step (ignored where not moved).
+    ``j`` moved the centroid), ``r: (S, n)`` the normaliser of each step (ignored where not moved);
+    or ``k`` centroids per slot on the same features at once (``c0: (S, k, d)``, ``moved, r: (S, k, n)``).
     Unrolling ``c_j = (alpha c_{j-1} + (1 - alpha) f_j) / r_j``:
     ``c_n = prod_k (alpha / r_k) c_0 + sum_j (1 - alpha) / r_j prod_{k > j} (alpha / r_k) f_j``
     (products over moved steps). The products are sums of logs taken from the end (so the recent
@@ -323,7 +324,7 @@ def ema_trajectory(f, c0, moved, r, alpha: float):
     after = torch.flip(torch.cumsum(torch.flip(log_step, (-1,)), -1), (-1,)) - log_step  # sum_{k > j}
     w = moved * (1.0 - alpha) / r * torch.exp(after)
     w0 = torch.exp(log_step.sum(-1))
-    c = w0[..., None] * c0 + torch.einsum("sn,snd->sd", w, f)
+    c = w0[..., None] * c0 + torch.einsum("s...n,snd->s...d", w, f)
     any_moved = moved.amax(-1, keepdim=True) > 0
     return torch.where(any_moved, core.normalize(c), c0)
 
@@ -370,13 +371,11 @@ def moved_steps(moved: list) -> list:
 
 class Decided(NamedTuple):
     """The exact gate's decisions for one set of slots (:func:`sequential_decisions`), before the centroids
-    are rebuilt (:func:`sequential_centroids`)."""
+    are rebuilt (:func:`sequential_centroids`); index 0 of the centroid axis is normal, 1 anomalous."""
     f: torch.Tensor      # (S, n, d) unit features (carry grad)
     state: list          # [c_pos (S, d), c_neg (S, d), init_pos (S,), init_neg (S,)] start state
-    acc_pos: torch.Tensor  # (S, n) 0/1
-    acc_neg: torch.Tensor
-    r_pos: torch.Tensor    # (S, n) EMA normalisers (slerp: the decisions again)
-    r_neg: torch.Tensor
+    acc: torch.Tensor    # (S, 2, n) 0/1 decisions
+    r: torch.Tensor      # (S, 2, n) EMA normalisers (slerp: the decisions again)
 
 
 def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str = "geodesic",
@@ -414,37 +413,37 @@ def match_sequential(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: s
 
 def sequential_decisions(f, y, valid, c_pos, c_neg, init_pos, init_neg, *, metric: str, alpha: float,
                          update: str, scan_device: str = "auto", tau: float | None = None,
-                         scan_backend: str = "auto") -> Decided:
+                         scan_backend: str = "auto", unit: bool = False) -> Decided:
     """The first half of :func:`match_sequential` (arguments as there, checked there): normalise ``f``
-    and take Algorithm 1's decisions (Triton kernel or JAX scan, through the opaque operator
-    :func:`gate_decisions_op`; no gradient, no host synchronisation on CUDA)."""
-    f = core.normalize(f.float())
+    (``unit=True``: its rows are unit vectors already) and take Algorithm 1's decisions (Triton kernel
+    or JAX scan, through the opaque operator :func:`gate_decisions_op`; no gradient, no host
+    synchronisation on CUDA)."""
+    f = f.float() if unit else core.normalize(f.float())
     y, valid = y.to(f.dtype), valid.to(f.dtype)
     is_pos, is_neg = (1.0 - y) * valid, y * valid
     state = [t.to(f.dtype) for t in (c_pos, c_neg, init_pos, init_neg)]
     backend = "triton" if _use_triton(f, scan_backend, scan_device) else "jax"
     # the decisions carry no gradient
     f_, pos, neg, c_pos, c_neg, init_pos, init_neg = (t.detach() for t in (f, is_pos, is_neg, *state))
-    if torch.compiler.is_compiling():  # one node of the graph (gate_decisions_op)
-        acc, r = gate_decisions_op(f_, pos, neg, c_pos, c_neg, init_pos, init_neg, metric, float(alpha), update,
-                                   tau, backend, scan_device)
-        return Decided(f, state, acc[:, 0], acc[:, 1], r[:, 0], r[:, 1])
-    return Decided(f, state, *_decisions(f_, pos, neg, c_pos, c_neg, init_pos, init_neg, metric, float(alpha),
-                                         update, tau, backend, scan_device))
+    args = (f_, pos, neg, c_pos, c_neg, init_pos, init_neg, metric, float(alpha), update, tau, backend, scan_device)
+    if torch.compiler.is_compiling():  # one node of the graph
+        return Decided(f, state, *gate_decisions_op(*args))
+    return Decided(f, state, *_decisions(*args))
 
 
 def _decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, metric, alpha, update, tau, backend,
-               scan_device) -> tuple:
-    """``(acc_pos, acc_neg, r_pos, r_neg)``, each ``(S, n)``, by ``backend`` (:func:`gate_decisions_op`)."""
+               scan_device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(acc, r)``, each ``(S, 2, n)``, by ``backend`` (:func:`gate_decisions_op`)."""
     if backend == "triton":
         dec = _triton_gate().gate_decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, metric=metric,
                                             alpha=alpha, update=update, tau=tau)
-        return dec.acc_pos, dec.acc_neg, dec.r_pos, dec.r_neg
+        return torch.stack([dec.acc_pos, dec.acc_neg], 1), torch.stack([dec.r_pos, dec.r_neg], 1)
     with torch.no_grad():
         args = [_to_jax(t, scan_device) for t in (f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg)]
         on_gpu = hasattr(args[0], "devices") and next(iter(args[0].devices())).platform == "gpu"
         scan = _compiled_scan(metric, alpha, GPU_UNROLL if on_gpu else 1, tau, update)
-        return tuple(_to_torch(a, f.device) for a in scan(*args))
+        acc_pos, acc_neg, r_pos, r_neg = (_to_torch(a, f.device) for a in scan(*args))
+    return torch.stack([acc_pos, acc_neg], 1), torch.stack([r_pos, r_neg], 1)
 
 
 @torch.library.custom_op("adsim::gate_decisions", mutates_args=())
@@ -464,9 +463,8 @@ def gate_decisions_op(f: torch.Tensor, is_pos: torch.Tensor, is_neg: torch.Tenso
     synchronises). The JAX scan on a GPU is not capturable (its own streams): :class:`CentroidBank` keeps
     it, and slerp's host read of the steps to replay, between graphs. Eager code calls the same
     implementation without the operator's dispatch."""
-    acc_pos, acc_neg, r_pos, r_neg = _decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, metric, alpha,
-                                                update, tau, backend, scan_device)
-    return torch.stack([acc_pos, acc_neg], 1), torch.stack([r_pos, r_neg], 1)
+    return _decisions(f, is_pos, is_neg, c_pos, c_neg, init_pos, init_neg, metric, alpha, update, tau, backend,
+                      scan_device)
 
 
 @gate_decisions_op.register_fake
@@ -489,31 +487,29 @@ def sequential_centroids(dec: Decided, *, alpha: float, update: str, steps=None)
     as one weighted sum (:func:`ema_trajectory`), slerp replayed (:func:`slerp_trajectory`, over
     ``steps``: the host indices of the steps where either centroid of any slot moved; ``None``: read
     here, one host sync for both centroids)."""
-    f, state = dec.f, dec.state
-    if update == "ema":
-        c_pos = ema_trajectory(f, state[0], dec.acc_pos * (dec.r_pos > 0), dec.r_pos, alpha)
-        c_neg = ema_trajectory(f, state[1], dec.acc_neg * (dec.r_neg > 0), dec.r_neg, alpha)
+    f, state, acc = dec.f, dec.state, dec.acc
+    if update == "ema":  # both centroids in one weighted sum
+        c_pos, c_neg = ema_trajectory(f, torch.stack(state[:2], 1), acc * (dec.r > 0), dec.r, alpha).unbind(1)
     else:
         if steps is None:
-            steps = moved_steps([torch.maximum(dec.acc_pos, dec.acc_neg)])[0]
-        c_pos = slerp_trajectory(f, state[0], dec.acc_pos, alpha, steps)
-        c_neg = slerp_trajectory(f, state[1], dec.acc_neg, alpha, steps)
-    init_pos = torch.maximum(state[2], dec.acc_pos.amax(-1))
-    init_neg = torch.maximum(state[3], dec.acc_neg.amax(-1))
-    return Matched(c_pos, c_neg, dec.acc_pos, dec.acc_neg, init_pos, init_neg)
+            steps = moved_steps([acc.amax(1)])[0]
+        c_pos = slerp_trajectory(f, state[0], acc[:, 0], alpha, steps)
+        c_neg = slerp_trajectory(f, state[1], acc[:, 1], alpha, steps)
+    init_pos, init_neg = torch.maximum(torch.stack(state[2:], 1), acc.amax(-1)).unbind(1)
+    return Matched(c_pos, c_neg, acc[:, 0], acc[:, 1], init_pos, init_neg)
 
 
 def sequential_sets(sets: list, *, metric: str, alpha: float, update: str, tau: float | None = None,
-                    scan_backend: str = "auto") -> list:
+                    scan_backend: str = "auto", unit: bool = False) -> list:
     """:func:`match_sequential` for several sets of slots at once, ``sets = [(f (S, n, d), y (n,),
     valid (n,), c_pos, c_neg, init_pos, init_neg)]`` -> ``[Matched]``: every set's decisions first, then
     (slerp) ONE host read of the steps to replay for all sets (:func:`moved_steps`), then the centroids.
-    The EMA needs no host read at all."""
-    decs = [sequential_decisions(*s, metric=metric, alpha=alpha, update=update, tau=tau, scan_backend=scan_backend)
-            for s in sets]
+    The EMA needs no host read at all. ``unit=True``: the rows of every ``f`` are unit vectors already."""
+    decs = [sequential_decisions(*s, metric=metric, alpha=alpha, update=update, tau=tau, scan_backend=scan_backend,
+                                 unit=unit) for s in sets]
     steps = [None] * len(decs)
     if update != "ema":
-        steps = moved_steps([torch.maximum(d.acc_pos, d.acc_neg) for d in decs])
+        steps = moved_steps([d.acc.amax(1) for d in decs])
     return [sequential_centroids(d, alpha=alpha, update=update, steps=st) for d, st in zip(decs, steps)]
 
 
@@ -558,7 +554,7 @@ class CentroidBank(torch.nn.Module):
 
     def step(self, start: int, f, y, valid, *, unit: bool = False) -> Matched:
         """``Matched`` with a leading slot axis ``S`` on every field. ``unit=True``: the rows of ``f``
-        are already unit vectors (skips the normalisation; batched mode only, else ignored)."""
+        are already unit vectors (skips the normalisation)."""
         return self.steps([(start, f, y, valid)], unit=unit)[0]
 
     def steps(self, items: list, *, unit: bool = False) -> list:
@@ -598,7 +594,7 @@ class CentroidBank(torch.nn.Module):
             traced = all(traced_gate(f, self.update, self.scan_backend) for _, f, _, _ in items)
             outs = (sequential_sets if traced else partial(outside_graphs, sequential_sets))(
                 sets, metric=self.metric, alpha=self.alpha, update=self.update, tau=self.tau,
-                scan_backend=self.scan_backend)
+                scan_backend=self.scan_backend, unit=unit)
         if self.training:
             with torch.no_grad():
                 for sl, out in zip(slices, outs):
