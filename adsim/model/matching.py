@@ -88,29 +88,22 @@ def _gate(f, c_pos, c_neg, init_pos, init_neg, metric, tau=None):
     Array-API code: the same function runs on torch (literal loop) and inside the compiled
     ``jax.lax.scan`` of :func:`match_sequential`.
     """
-    return _decide(core.distance(f, c_pos, metric), core.distance(f, c_neg, metric), init_pos, init_neg, tau)
+    xp = core.namespace(f)
+    dist = xp.stack([core.distance(f, c_pos, metric), core.distance(f, c_neg, metric)], axis=-1)
+    ok = _decide(dist, xp.stack([init_pos, init_neg], axis=-1), tau)
+    return ok[..., 0], ok[..., 1]
 
 
-def _decide(d_pos, d_neg, init_pos, init_neg, tau=None):
-    """The gate on distances to the two centroids (``init_*`` broadcast against ``d_*``; array API)."""
-    xp = core.namespace(d_pos, d_neg)
-    inf = xp.full_like(d_pos, float("inf"))
-    d_pos_eff = xp.where(init_pos > 0, d_pos, inf)   # uninitialised centroid: infinitely far
-    d_neg_eff = xp.where(init_neg > 0, d_neg, inf)
-    # own centroid strictly closer (d_own = tau = min(d+, d-) < d_other); own uninitialised: accept
-    ok_pos = xp.where(init_pos > 0, core.gate(d_pos, d_neg_eff if tau is None else tau), xp.ones_like(d_pos))
-    ok_neg = xp.where(init_neg > 0, core.gate(d_neg, d_pos_eff if tau is None else tau), xp.ones_like(d_neg))
-    return ok_pos, ok_neg
-
-
-def _pair_gate(dist, inits, tau=None):
-    """:func:`_decide` for both centroids at once: ``dist: (..., 2)`` distances to ``(c+, c-)``, ``inits``
-    broadcast against it -> bool ``(..., 2)``. The same rule: own centroid strictly closer than the other
-    (an uninitialised other infinitely far) or, with ``tau``, closer than ``tau``; an uninitialised
-    own centroid accepts."""
+def _decide(dist, inits, tau=None):
+    """The gate on the distances to both centroids (array API; the one rule of the literal loop, the JAX
+    scan and the batched gate): ``dist: (..., 2)`` to ``(c+, c-)``, ``inits`` 0/1 broadcast against it ->
+    0/1 ``(..., 2)`` of ``dist``'s dtype."""
+    xp = core.namespace(dist)
     known = inits > 0
-    d = torch.where(known, dist, float("inf"))
-    return torch.where(known, d < (d.flip(-1) if tau is None else tau), True)
+    # own centroid strictly closer (d_own = tau = min(d+, d-) < d_other; an uninitialised other is
+    # infinitely far) or, with a fixed tau, closer than tau; own uninitialised: accept
+    other = xp.flip(xp.where(known, dist, float("inf")), axis=-1) if tau is None else tau
+    return xp.where(known, core.gate(dist, other), 1.0)
 
 
 def _batched_sums(f, labels, cents, inits, *, metric, tau=None) -> tuple:
@@ -126,7 +119,7 @@ def _batched_sums(f, labels, cents, inits, *, metric, tau=None) -> tuple:
             (dist,) = chords(f, core.normalize(cents), both=False)  # (S, n, 2)
         else:  # ablation metrics and a fixed radius: the generic definitions (forward only)
             dist = core.distance(f[:, :, None, :], cents[:, None, :, :], metric)
-        ok = _pair_gate(dist, inits[:, None, :], tau)
+        ok = _decide(dist, inits[:, None, :], tau)
     acc = (ok * labels).to(f.dtype).transpose(1, 2)  # (S, 2, n)
     # the matched sums as one batched matmul for both centroids, in float32 like the rest of matching
     # even when called inside an autocast region
