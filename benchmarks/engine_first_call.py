@@ -61,7 +61,6 @@ _CHILD = textwrap.dedent("""
     _programs._load = timed("load", _programs._load)
     _programs.Program._compile = timed("engine_compile", _programs.Program._compile, nest=True)
     _engine.simulate = timed("simulate", _engine.simulate)
-    ex._engine = _engine
     ex.frame = timed("frame", ex.frame)
 
     def listener(event, duration, **kw):
