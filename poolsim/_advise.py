@@ -1,62 +1,87 @@
-"""``poolsim.advise``: pool, subsample or match -- and with which tau -- for a user's own domains.
+"""``poolsim.advise``: pool or match -- and with which tau -- for a user's own domains.
 
-Fit (ours, stated in :class:`Advice.fitted`): the user's K domain means ``m_k`` (sizes ``N_k``,
-within-domain spread ``sigma``) are read as a ``contaminated`` meta-distribution,
-``mu_k = gamma z_k + B_k alpha v``:
+Advice is an estimator like any other, so it is chosen by its risk where the truth is known: in
+*plausible worlds* fitted to the user's K domain means (:mod:`poolsim._worlds`: a high-breakdown
+isotropic fit, and every Gaussian-mixture fit within a BIC margin of the best; the outliers
+resampled from the observed outlying domains as they are, in any direction and shape).
 
-* centre: the coordinate-wise median of the ``m_k``; total inlier spread per coordinate
-  ``s = median_k ||m_k - centre|| / sqrt(chi2_d median)`` (Gaussian inliers: ``||m_k - c||^2 / s^2
-  ~ chi2_d``), ``gamma^2 = max(s^2 - sigma^2 / n, 0)``;
-* outliers: ``||m_k - centre|| > s sqrt(chi2_d 0.99-quantile)``; share ``p`` = their fraction,
-  ``alpha`` = the norm of their mean offset from the inliers' mean, ``v`` its direction (the
-  model is rotation invariant, so only ``alpha`` enters the simulation);
-* ``n``: the median domain size; ``sigma``: the pooled within-domain standard deviation per
-  coordinate (from ``X``) or the user's value (means only).
+In each world, ``seeds`` simulated data sets (common random numbers across the candidates) give
+the mean error ``||estimate - target||`` of pooling and of matching at each tau of a grid scaled by
+the inliers' root mean square distance (:data:`TAU_SCALES`); a candidate's *regret* in a world is
+its mean error over the best candidate's there. The advice is the candidate with the smallest
+worst-case regret over the plausible worlds:
 
-Check: the decision map's engine (:mod:`poolsim._phase`) at the user's own K, n and fitted
-(gamma, p, alpha), plus the 3 x 3 neighbourhood ``p +- 1/K``, ``alpha x (1 +- 0.25)`` (the fit is
-uncertain). Seeds ``0..S-1`` pick the tau on a grid scaled by ``s`` that minimises mean eps;
-fresh seeds ``S..2S-1`` decide eps(pooling) - eps(matching) and eps(subsampling) - eps(matching)
-at that tau with the project's paired rule (:func:`poolsim.decide_claim`'s), so the tau is not
-chosen and judged on the same draws.
+* ``"match"`` (with its tau) or ``"pool"`` when that worst case is at most
+  :data:`UNDECIDED_REGRET`: whichever plausible law is true, following it costs at most 25%;
+* ``"undecided"`` otherwise: the data fit laws that want different estimators; the estimate is
+  still the minimax-regret one (never pooling by default), and ``reason`` names the worlds and
+  what would decide between them.
+
+Then, on ``seeds`` fresh data sets per world (so tau is not chosen and judged on the same draws),
+the paired verdicts of eps(pooling) - eps(advice) and eps(subsampling) - eps(advice)
+(:func:`poolsim.decide_claim`'s rule); ``vs_pool`` and ``vs_subsample`` report the world least
+favourable to the advice. Matching here starts at the geometric median of the domain means
+(rotation invariant, so the worlds can be drawn in ``r + K`` dimensions whatever ``d``: d enters
+only through distances) and is domain-level L2 with tolerance 1e-4; :attr:`Advice.init` is that
+start, so ``poolsim.match(X, advice.tau, init=advice.init)`` reproduces ``advice.estimate``.
+Subsampling (half the domains, 10 draws each) is simulated with a Gaussian resampling noise.
+
+How good the advice is, measured by following it on data with a known target from an independent
+simulation (including laws outside these worlds): ``benchmarks/advise_validation.py`` and the
+documentation page "How good is the advice?".
 """
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _checks, _core, _verdict
+from . import _checks, _core, _verdict, _worlds
 
-TAU_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0)  # tau grid / s (ours)
-OUTLIER_QUANTILE = 0.99  # chi2_d quantile beyond which a domain mean counts as an outlier (ours)
+TAU_SCALES = tuple(float(x) for x in np.geomspace(0.3, 4.0, 16))  # tau grid / inliers' rms distance (ours)
+UNDECIDED_REGRET = 1.25  # a worst-case regret above this is "undecided" (the validation's target)
+SUBSAMPLE_FRACTION, SUBSAMPLE_DRAWS = 0.5, 10  # subsampling as in the decision map (m = K / 2, n = 10)
+TOL, MAX_ITER = 1e-4, 100
+
+
+class WorldResult(NamedTuple):
+    """The advice seen from one plausible world: its ``name``, outlier ``share``, the ``best``
+    candidate there (``"pool"`` or ``"tau=..."``) and the advice's ``regret`` there (mean error
+    over the best's, on the seeds that chose it)."""
+
+    name: str
+    share: float
+    best: str
+    regret: float
 
 
 class Advice(NamedTuple):
-    """What :func:`advise` recommends and why.
+    """What :func:`advise` recommends and why (module :mod:`poolsim._advise` for the method).
 
-    ``strategy``: "match" when matching beats both pooling and subsampling (both verdicts hold,
-    at the fitted point and at every neighbouring one), else "pool" (the simplest estimator;
-    ``reason`` says whether pooling was shown better or matching was just not shown better).
-    ``tau``: the recommended tau (also given when the strategy is "pool", for reference);
-    ``tau_range``: the grid taus whose mean eps was not significantly above the best's (paired
-    95% interval). ``vs_pool``/``vs_subsample``: the verdicts of eps(pooling) - eps(matching) and
-    eps(subsampling) - eps(matching) at ``tau`` on fresh seeds (at the fitted point);
-    ``neighbourhood``: the pool-vs-match verdicts at the 3 x 3 neighbouring (p, alpha).
-    ``eps``: mean simulated eps of each strategy at the fitted point. ``estimate``: the
-    recommended estimator applied to the user's data (the matched or pooled mean, (d,)).
-    ``fitted``: the fitted parameters. Everything is SIMULATED from the fitted model."""
+    ``strategy``: ``"match"``, ``"pool"`` or ``"undecided"``; ``estimator``: what ``estimate``
+    is (``"match"`` or ``"pool"``; for ``"undecided"`` the minimax-regret one). ``tau``: the
+    matching radius of the advice (for ``"pool"`` the best tau, for reference); ``tau_range``:
+    the grid taus whose worst-case regret is within 5% of the advice's. ``worst_regret``: the
+    advice's largest regret over the plausible ``worlds`` (:class:`WorldResult` each).
+    ``vs_pool``/``vs_subsample``: paired verdicts of eps(pooling) - eps(advice) and
+    eps(subsampling) - eps(advice) on fresh seeds, in the world least favourable to the advice.
+    ``eps``: mean simulated eps of pooling, subsampling and the advice there. ``estimate (d,)``:
+    the advice applied to the user's data; ``init (d,)``: matching's start (the geometric median
+    of the domain means). ``fitted``: the robust fit (centre, spread, share, outliers). Everything
+    but ``estimate`` and ``init`` is SIMULATED."""
 
     strategy: str
+    estimator: str
     tau: float
     tau_range: tuple
+    worst_regret: float
+    worlds: tuple
     vs_pool: _verdict.Verdict
     vs_subsample: _verdict.Verdict
-    neighbourhood: tuple
     eps: dict
     estimate: np.ndarray
+    init: np.ndarray
     fitted: dict
     seeds: int
     reason: str
@@ -97,109 +122,136 @@ def _inputs(X, means, sizes, sigma):
     return m, sizes, float(_checks.positive("sigma", sigma))
 
 
-def fit(means: np.ndarray, n: int, sigma: float) -> dict:
-    """The fitted contaminated model of the module docstring (ours)."""
-    from scipy import stats
+def _match_batched(M: np.ndarray, n: np.ndarray, c0: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """:func:`poolsim._core.iterate_match`'s iteration (domain level, L2, masses ``n``) for every
+    tau and data set at once: ``M (S, K, D)``, ``n (S, K)``, ``c0 (S, D)``, ``taus (T,)`` ->
+    ``(T, S, D)``. Vectorised here rather than through the core because every (tau, data set)
+    pair stops at its own trip; a stopped pair is frozen by a select."""
+    T, S = len(taus), M.shape[0]
+    sq = np.sum(M * M, axis=-1)  # (S, K)
+    t2 = (np.asarray(taus, float) ** 2)[:, None, None]
+    c = np.broadcast_to(c0, (T,) + c0.shape).copy()
+    done = np.zeros((T, S), bool)
+    for _ in range(MAX_ITER):
+        d2 = sq[None] - 2 * np.einsum("tsd,skd->tsk", c, M) + np.sum(c * c, axis=-1)[..., None]
+        w = (d2 < t2) * n[None]
+        total = w.sum(axis=-1)
+        has = total > 0
+        nxt = np.einsum("tsk,skd->tsd", w, M) / np.where(has, total, 1.0)[..., None]
+        nxt = np.where(has[..., None], nxt, c)
+        stop = ~has | (np.sum((nxt - c) ** 2, axis=-1) < TOL * TOL)
+        c = np.where(done[..., None], c, nxt)
+        done |= stop
+        if done.all():
+            break
+    return c
 
-    K, d = means.shape
-    centre = np.median(means, axis=0)
-    r = np.linalg.norm(means - centre, axis=1)
-    s = float(np.median(r) / math.sqrt(stats.chi2.ppf(0.5, d)))
-    cut = s * math.sqrt(stats.chi2.ppf(OUTLIER_QUANTILE, d))
-    out = r > cut
-    inl = means[~out].mean(axis=0) if (~out).any() else centre
-    if out.any():
-        off = means[out].mean(axis=0) - inl
-        alpha = float(np.linalg.norm(off))
-        v = off / alpha if alpha > 0 else np.eye(d)[0]
-    else:
-        alpha, v = 0.0, np.eye(d)[0]
-    gamma = math.sqrt(max(s * s - sigma * sigma / n, 0.0))
-    return dict(K=K, d=d, n=n, sigma=sigma, gamma=gamma, p=float(out.mean()), alpha=alpha,
-                direction=v, centre=centre, spread=s, outliers=np.flatnonzero(out))
+
+def _errors(M: np.ndarray, n: np.ndarray, taus: np.ndarray, sigma: float, rng) -> np.ndarray:
+    """Per data set errors ``||estimate||`` (the target is 0) of pooling, subsampling and matching
+    at each tau: ``(S, 2 + T)``."""
+    S, K, D = M.shape
+    pool = np.einsum("sk,skd->sd", n, M) / n.sum(axis=1)[:, None]
+    m = max(1, math.ceil(SUBSAMPLE_FRACTION * K))
+    pick = np.argsort(rng.random((S, K)), axis=1)[:, :m]
+    chosen_n = np.take_along_axis(n, pick, axis=1)
+    # each chosen domain contributes the mean of SUBSAMPLE_DRAWS draws with replacement from its
+    # n_k samples: its sample mean plus resampling noise of variance sigma^2 (1 - 1/n_k) / draws
+    noise = sigma * np.sqrt(np.sum(1.0 - 1.0 / chosen_n, axis=1) / SUBSAMPLE_DRAWS) / m
+    sub = np.take_along_axis(M, pick[..., None], axis=1).mean(axis=1) + noise[:, None] * rng.standard_normal((S, D))
+    match = _match_batched(M, n, _worlds.geometric_median(M), taus)
+    errs = [np.linalg.norm(pool, axis=-1), np.linalg.norm(sub, axis=-1)]
+    return np.column_stack(errs + list(np.linalg.norm(match, axis=-1)))
+
+
+def _simulate(world, m, sz, sig, taus, seeds: int, seed: int) -> np.ndarray:
+    """``(seeds, 2 + T)`` errors of the candidates in ``world`` (chunks of seeds bound memory)."""
+    rng = np.random.default_rng(seed)
+    K, d = m.shape
+    chunk = max(1, min(seeds, int(2e7 // (K * (d + K) * (len(taus) + 4)))))
+    out = []
+    for lo in range(0, seeds, chunk):
+        M, n = _worlds.draw(world, m, sz, sig, rng, min(chunk, seeds - lo))
+        out.append(_errors(M, n, taus, sig, rng))
+    return np.concatenate(out)
+
+
+def _verdict_of(diff: np.ndarray) -> _verdict.Verdict:
+    return _verdict.from_moments(float(diff.mean()), float(diff.std(ddof=1)), diff.size)
 
 
 def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float | None = None,
-           seeds: int = 1000, progress=None, resources=None, jobs_dir=None) -> Advice:
+           seeds: int = 1000, seed: int = 0, progress: Callable[[int], None] | None = None) -> Advice:
     """Recommend pooling or matching (and tau) for ``X (K, N, d)`` domains, or for their
-    ``means (K, d)`` with ``sizes (K,)`` and the within-domain ``sigma``. ``seeds`` Monte-Carlo
-    seeds for choosing tau and as many fresh ones for the verdicts (>= 30 each). Takes ~10-30 s
-    on a CPU (one compile of the map's program at the user's K, n). See the module docstring for
-    the fit and the check.
-
-    ``resources`` (:class:`poolsim.cluster.Resources`, executor ``processes`` or ``slurm``) with
-    ``jobs_dir`` (a folder every job can reach): both simulations (choosing tau, then the verdicts on
-    fresh seeds) split their seeds into ``resources.max_concurrent`` scheduler jobs
-    (:func:`poolsim._phase.run_grid`); the same advice, bit for bit. Each job pays its own start and
-    compile, so this pays off only for many seeds (docs/cluster.md)."""
-    from . import _phase  # JAX: imported on first use, so `import poolsim` stays light
-
+    ``means (K, d)`` with ``sizes (K,)`` and the within-domain ``sigma`` (what a feature
+    extractor's users have: per-domain feature means, counts and spread). ``seeds`` simulated
+    data sets per plausible world to choose the advice, and as many fresh ones to judge it
+    (>= 30 each); ``seed`` seeds the simulation's NumPy generator (the advice is a function of the
+    data and ``seed``). ``progress(n)`` is called with the data sets done. A few seconds on a
+    2-core CPU at the paper's sizes; d = 768 with K up to 100 within a minute (d enters only through
+    distances, :mod:`poolsim._worlds`). The method, and what the answer means: module
+    :mod:`poolsim._advise`; how good it is: the documentation page "How good is the advice?"."""
     m, sz, sig = _inputs(X, means, sizes, sigma)
     seeds = _checks.integer("seeds", seeds, _verdict.MIN_SEEDS)
+    seed = _checks.integer("seed", seed, 0)
     K, d = m.shape
     if K < 3:
         raise ValueError(f"advise needs K >= 3 domains, got K = {K}")
-    n = max(2, int(np.median(sz)))
-    f = fit(m, n, sig)
-    spread = max(f["spread"], 1e-12)
-    taus = tuple(float(spread * c) for c in TAU_SCALES)
-    spec = _phase.GridSpec("contaminated", (K,), (n,), taus, sigma=sig, gamma=f["gamma"], d=d)
-    p_grid = np.clip(f["p"] + np.array([-1.0, 0.0, 1.0]) / K, 0.0, 1.0)
-    a_grid = f["alpha"] * np.array([0.75, 1.0, 1.25])
+    worlds = _worlds.plausible(m, sz, sig)
+    robust = _worlds.robust(m, sz, sig)
+    scale = math.sqrt(robust.spread ** 2 + d * float(np.mean(sig * sig / sz)))
+    taus = np.array(TAU_SCALES) * max(scale, 1e-300)
+    risks, fresh = [], []
+    for w in worlds:  # the same seed in every world: common random numbers across worlds too
+        risks.append(np.delete(_simulate(w, m, sz, sig, taus, seeds, seed), 1, axis=1).mean(axis=0))
+        fresh.append(_simulate(w, m, sz, sig, taus, seeds, seed + 1))
+        if progress is not None:
+            progress(2 * seeds)
+    R = np.array(risks)  # (W, 1 + T): pooling, then matching at each tau
+    regret = R / np.maximum(R.min(axis=1, keepdims=True), 1e-300)
+    worst = regret.max(axis=0)
+    best = int(np.argmin(worst))
+    estimator = "pool" if best == 0 else "match"
+    tau = float(taus[best - 1] if best else taus[int(np.argmin(worst[1:]))])
+    near = [float(t) for t, w in zip(taus, worst[1:]) if w <= 1.05 * worst[best]]
+    tau_range = (min(near), max(near)) if near else (tau, tau)
+    names = ["pool"] + [f"tau={t:.4g}" for t in taus]
+    results = tuple(_worlds_result(w, names[int(np.argmin(r))], float(g[best]))
+                    for w, r, g in zip(worlds, R, regret))
 
-    def jobs(step: str) -> dict:
-        if resources is None or resources.executor == "local":
-            return {}
-        return {"resources": resources, "jobs_dir": None if jobs_dir is None else Path(jobs_dir) / step}
+    col = 0 if best == 0 else best + 1  # the advice's column in the fresh (pool, sub, taus) errors
+    v_pool = [_verdict_of(f[:, 0] - f[:, col]) for f in fresh]
+    v_sub = [_verdict_of(f[:, 1] - f[:, col]) for f in fresh]
+    hard = int(np.argmin([v.estimate for v in v_pool]))
+    f = fresh[hard]
+    eps = {"pool": float(f[:, 0].mean()), "subsample": float(f[:, 1].mean()), "advice": float(f[:, col].mean())}
 
-    choose = _phase.run_grid(spec, p_grid, a_grid, seeds=seeds, progress=progress, **jobs("choose"))
-    check = _phase.run_grid(spec, p_grid, a_grid, seeds=np.arange(seeds, 2 * seeds),
-                            progress=progress, **jobs("check"))
-
-    def at(mom, i, j):  # cell (i, j) of the single n and K
-        return _phase.Moments(mom.sums[0, 0, i, j], mom.gram[0, 0, i, j], mom.n,
-                              mom.aux[0, 0, i, j])
-
-    c = at(choose, 1, 1)
-    grid = [2 + t for t in range(len(taus))]
-    means_t = np.array([c.mean(i) for i in grid])
-    best = int(np.argmin(means_t))
-    ok = []
-    for t, i in enumerate(grid):
-        e, v = c.paired(i, grid[best])
-        ok.append(_verdict.from_moments(e, math.sqrt(v), c.n).ci_low <= 0 or t == best)
-    tau_range = (min(t for t, k in zip(taus, ok) if k), max(t for t, k in zip(taus, ok) if k))
-
-    def verdict(mom, other):
-        e, v = mom.paired(other, grid[best])
-        return _verdict.from_moments(e, math.sqrt(v), mom.n)
-
-    fresh = at(check, 1, 1)
-    vs_pool, vs_sub = verdict(fresh, 0), verdict(fresh, 1)
-    hood = tuple(verdict(at(check, i, j), 0).verdict for i in range(3) for j in range(3))
-    eps = {"pool": float(fresh.mean(0)), "subsample": float(fresh.mean(1)),
-           "match": float(fresh.mean(grid[best]))}
-    tau = taus[best]
-    wins = vs_pool.verdict == _verdict.HOLDS and vs_sub.verdict == _verdict.HOLDS
-    if wins and all(h == _verdict.HOLDS for h in hood):
-        strategy, reason = "match", "matching beats pooling and subsampling at the fitted " \
-                                    "heterogeneity and at every neighbouring (p, alpha)"
-    elif wins:
-        strategy, reason = "pool", "matching beats pooling at the fitted point but not at every " \
-                                   "neighbouring (p, alpha): the advantage is not robust to the " \
-                                   "fit's uncertainty"
-    elif vs_pool.verdict == _verdict.DOES_NOT_HOLD:
-        strategy, reason = "pool", "pooling is better than matching at the fitted heterogeneity"
+    if worst[best] <= UNDECIDED_REGRET:
+        strategy = estimator
+        reason = (f"{'matching at tau = %.4g' % tau if best else 'pooling'} is within "
+                  f"{100 * (worst[best] - 1):.0f}% of the best estimator in every plausible world "
+                  f"({len(worlds)}: {', '.join(w.name for w in worlds)})")
     else:
-        strategy, reason = "pool", "matching is not shown better than pooling (inconclusive)"
-    if strategy == "match":
-        res = _core.iterate_match(m, sz, np.median(m, axis=0), tau, "l2", tol=1e-4, max_iter=100)
+        strategy = "undecided"
+        wants = "; ".join(f"{r.name} (outlier share {r.share:.2f}) wants {r.best}" for r in results)
+        reason = (f"the data fit laws that want different estimators ({wants}); no estimator is within "
+                  f"{100 * (UNDECIDED_REGRET - 1):.0f}% of the best in all of them, so the estimate is the one "
+                  f"with the smallest worst-case regret ({worst[best]:.2f}). More domains (K) would decide "
+                  f"between the fits, as would knowing which domains are off target")
+    init = _worlds.geometric_median(m)
+    if estimator == "match":
+        res = _core.iterate_match(m, sz, init, tau, "l2", tol=TOL, max_iter=MAX_ITER)
         estimate = np.asarray(res[0], float)
     else:
         estimate = (sz[:, None] * m).sum(axis=0) / sz.sum()
-    fitted = {k: v for k, v in f.items()}
-    return Advice(strategy, float(tau), tau_range, vs_pool, vs_sub, hood, eps, estimate, fitted,
-                  seeds, reason)
+    fitted = dict(K=K, d=d, n=float(np.median(sz)), sigma=sig, centre=robust.centre, spread=robust.spread,
+                  share=robust.share, outliers=np.flatnonzero(robust.weights > 0), scale=scale)
+    return Advice(strategy, estimator, tau, tau_range, float(worst[best]), results, v_pool[hard], v_sub[hard],
+                  eps, estimate, init, fitted, seeds, reason)
 
 
-__all__ = ["Advice", "advise", "fit"]
+def _worlds_result(w, best: str, regret: float) -> WorldResult:
+    return WorldResult(w.name, float(w.share), best, regret)
+
+
+__all__ = ["Advice", "WorldResult", "advise"]

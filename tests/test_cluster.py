@@ -110,25 +110,6 @@ def test_figures_executor_needs_a_figure_that_takes_jobs(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.slow
-def test_advise_as_jobs_gives_the_same_advice(tmp_path):
-    """``poolsim.advise`` with its two simulations as jobs (2 workers): the same :class:`poolsim.Advice`, every
-    field bit for bit, as in this process."""
-    import poolsim
-
-    rng = np.random.default_rng(3)
-    X = rng.normal(size=(8, 20, 2))
-    X[:2] += 4.0  # two outlying domains: p and alpha are fitted away from zero
-    here = poolsim.advise(X, seeds=40)
-    res = cluster.Resources(executor="processes", max_concurrent=2, poll_s=0.2)
-    jobs = poolsim.advise(X, seeds=40, resources=res, jobs_dir=tmp_path / "jobs")
-    assert here._fields == jobs._fields
-    for field, a, b in zip(here._fields, here, jobs):
-        np.testing.assert_equal(b, a, err_msg=field)
-    logs = sorted(p.relative_to(tmp_path / "jobs").parts[0] for p in (tmp_path / "jobs").glob("*/logs/*_log.out"))
-    assert logs == ["check", "check", "choose", "choose"]  # 40 seeds = 3 chunks -> 2 blocks per simulation
-
-
 def test_cluster_flags_parse_into_checked_resources():
     import argparse
 

@@ -1,6 +1,6 @@
-"""The decision map (``poolsim._phase``, figure ``phase``) and ``poolsim.advise``: the map's engine
+"""The decision map (``poolsim._phase``, figure ``phase``): the map's engine
 against the experiments API, its verdicts against the committed figures, the monotone structure
-theory implies, the multiplicity adjustments, and advise's answers on clear cases."""
+theory implies, the multiplicity adjustments."""
 import math
 import pathlib
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scipy import stats
 
-from poolsim import _phase, _verdict, advise, experiments
+from poolsim import _phase, _verdict, experiments
 from poolsim._reference import ref_match
 from poolsim.figures import _data
 from poolsim.testing import examples
@@ -183,41 +183,6 @@ def test_committed_map_is_complete_and_nearly_decided():
                 "pool_minus_match_verdict_bh", "tau_best", "rule_plugin_regret"):
         assert phase[col].notna().all(), col
     assert (phase.pool_minus_match_verdict_bh != "inconclusive").mean() > 0.8
-
-
-# --- advise ------------------------------------------------------------------------------------
-
-def _domains(rng, K, N, shift_every=None, alpha=3.0):
-    mu = rng.normal(0, 0.5, (K, 2))
-    if shift_every:
-        mu[::shift_every, 0] += alpha
-    return mu[:, None, :] + rng.normal(0, 0.8, (K, N, 2))
-
-
-@pytest.mark.slow
-def test_advise_matches_when_far_outliers_and_pools_when_homogeneous(rng):
-    a = advise(_domains(rng, 24, 60, shift_every=4), seeds=200)
-    assert a.strategy == "match" and a.vs_pool.verdict == "holds"
-    assert a.fitted["p"] > 0 and a.tau_range[0] <= a.tau <= a.tau_range[1]
-    b = advise(_domains(rng, 24, 60), seeds=200)
-    assert b.strategy == "pool" and b.vs_pool.verdict != "holds"
-    pooled = _domains(rng, 24, 60).mean(axis=(0, 1))
-    assert pooled.shape == b.estimate.shape
-
-
-def test_advise_bad_input():
-    with pytest.raises(ValueError, match="either X"):
-        advise()
-    with pytest.raises(ValueError, match="sizes"):
-        advise(means=np.zeros((5, 2)), sigma=1.0)
-    with pytest.raises(ValueError, match="sigma"):
-        advise(means=np.zeros((5, 2)), sizes=[10] * 5)
-    with pytest.raises(ValueError, match="NaN"):
-        advise(np.full((5, 4, 2), np.nan))
-    with pytest.raises(ValueError, match="seeds"):
-        advise(np.zeros((5, 4, 2)), seeds=10)
-    with pytest.raises(ValueError, match="K >= 3"):
-        advise(np.zeros((2, 4, 2)))
 
 
 # --- the CLI: optional figures ------------------------------------------------------------------

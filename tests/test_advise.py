@@ -1,0 +1,210 @@
+"""``poolsim.advise`` and its plausible worlds (``poolsim._worlds``): the fits, the reduced-dimension
+draws against their closed forms, the batched matching against the core, and -- slow tier -- the
+regret of following the advice on data with a known target, the true risk from a plain loop here."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import poolsim
+from poolsim import _advise, _core, _worlds, advise
+
+SIGMA = 0.8
+
+
+def _observe(rng, mu, n):
+    n = np.asarray(n, float)
+    return mu + SIGMA / np.sqrt(n)[:, None] * rng.normal(size=mu.shape), n
+
+
+def test_advise_bad_input():
+    with pytest.raises(ValueError, match="either X"):
+        advise()
+    with pytest.raises(ValueError, match="sizes"):
+        advise(means=np.zeros((5, 2)), sigma=1.0)
+    with pytest.raises(ValueError, match="sigma"):
+        advise(means=np.zeros((5, 2)), sizes=[10] * 5)
+    with pytest.raises(ValueError, match="NaN"):
+        advise(np.full((5, 4, 2), np.nan))
+    with pytest.raises(ValueError, match="seeds"):
+        advise(np.zeros((5, 4, 2)), seeds=10)
+    with pytest.raises(ValueError, match="seed must"):
+        advise(np.zeros((5, 4, 2)), seed=-1)
+    with pytest.raises(ValueError, match="K >= 3"):
+        advise(np.zeros((2, 4, 2)))
+
+
+@pytest.mark.slow
+def test_fits_recover_the_outlier_share_at_30_percent():
+    """30 of K = 100 domain means shifted by 8 inlier standard deviations. The robust fit flags the 30 and
+    the inliers beyond its chi2_2 0.975 cut: expected share in [0.3, 0.3 + 0.7 x 0.025] (the cut is at the
+    fitted spread, not the true one); the BIC-best mixture's share is 0.3. Tolerance: 3 standard errors
+    of the mean over 40 data sets, plus that range."""
+    rng = np.random.default_rng(0)
+    robust, mixture = [], []
+    for _ in range(40):
+        mu = 0.5 * rng.normal(size=(100, 2))
+        mu[:30, 0] += 4.0
+        m, n = _observe(rng, mu, np.full(100, 100))
+        robust.append(_worlds.robust(m, n, SIGMA).share)
+        mixture.append(min(_worlds.mixtures(m, n, SIGMA), key=lambda w: w.bic).share)
+    for shares, lo, hi in ((robust, 0.3, 0.3 + 0.7 * 0.025), (mixture, 0.3, 0.3)):
+        se = np.std(shares, ddof=1) / math.sqrt(len(shares))
+        assert lo - 3 * se - 1e-9 <= np.mean(shares) <= hi + 3 * se + 1e-9, (np.mean(shares), se)
+
+
+def test_isotropic_draw_in_r_plus_K_dimensions_has_the_law_of_d_dimensions():
+    """d = 300, K = 5 (r = 1 outlier direction): drawn in 1 + 5 dimensions. Closed forms for an inlier
+    mean m (N(0, (b + sigma^2 / n) I_d)): E||m||^2 = d (b + sigma^2 / n), Var ||m||^2 = 2 d (b + sigma^2/n)^2,
+    E<m_i, m_j> = 0 with Var = d v^2; an outlier is exactly its observed offset. 3-5 standard errors."""
+    rng = np.random.default_rng(1)
+    K, d, b = 5, 300, 0.04
+    means = np.zeros((K, d))
+    means[0, 0] = 3.0
+    sizes = np.full(K, 100.0)
+    w = _worlds.World("test", np.zeros(d), b, 0.2, np.eye(K)[0], 0.0)
+    M, n = _worlds.draw(w, means, sizes, SIGMA, rng, 20000)
+    assert M.shape == (20000, K, 1 + K)
+    v = b + SIGMA ** 2 / 100
+    sq = np.sum(M ** 2, axis=-1)
+    out = np.isclose(sq, 9.0, atol=1e-12)  # outliers: the observed offset (3, 0, ...)
+    assert abs(out.mean() - 0.2) < 4 * math.sqrt(0.2 * 0.8 / out.size)
+    inl = sq[~out]
+    assert abs(inl.mean() - d * v) < 4 * math.sqrt(2 * d) * v / math.sqrt(inl.size)
+    assert abs(inl.var() - 2 * d * v * v) < 5 * (2 * d * v * v) * math.sqrt(2 / inl.size) * 2
+    both = ~out[:, 1] & ~out[:, 2]
+    dots = np.einsum("sd,sd->s", M[both, 1], M[both, 2])
+    assert abs(dots.mean()) < 4 * math.sqrt(d) * v / math.sqrt(both.sum())
+
+
+def test_batched_matching_equals_the_core():
+    """:func:`poolsim._advise._match_batched` against :func:`poolsim._core.iterate_match`, pair by pair."""
+    rng = np.random.default_rng(2)
+    M = rng.normal(size=(7, 9, 3))
+    M[:, :3] += 2.0
+    n = rng.integers(5, 50, size=(7, 9)).astype(float)
+    c0 = _worlds.geometric_median(M)
+    taus = np.array([0.4, 1.0, 2.5, 10.0])
+    got = _advise._match_batched(M, n, c0, taus)
+    for t, tau in enumerate(taus):
+        for s in range(7):
+            want = _core.iterate_match(M[s], n[s], c0[s], tau, "l2", tol=_advise.TOL, max_iter=_advise.MAX_ITER)[0]
+            np.testing.assert_allclose(got[t, s], np.asarray(want), rtol=1e-12, atol=1e-12)
+
+
+def test_geometric_median_minimises_the_sum_of_distances():
+    """The Weiszfeld iterate against scipy's minimiser of sum_k ||m_k - c||."""
+    from scipy.optimize import minimize
+
+    m = np.random.default_rng(3).standard_t(2, size=(15, 3))
+    c = _worlds.geometric_median(m, iters=500)
+    ref = minimize(lambda x: np.linalg.norm(m - x, axis=1).sum(), m.mean(0), method="Nelder-Mead",
+                   options=dict(xatol=1e-10, fatol=1e-12, maxiter=20000)).x
+    np.testing.assert_allclose(c, ref, atol=1e-5)
+
+
+def test_advice_estimate_is_poolsim_match_from_its_start():
+    rng = np.random.default_rng(4)
+    mu = 0.5 * rng.normal(size=(20, 2))
+    mu[:5, 0] += 4.0
+    X = mu[:, None, :] + SIGMA * rng.normal(size=(20, 40, 2))
+    a = advise(X, seeds=60)
+    assert a.strategy == "match" and a.estimator == "match" and a.worst_regret <= _advise.UNDECIDED_REGRET
+    assert a.vs_pool.verdict == "holds"
+    ref = poolsim.match(X, a.tau, init=a.init, tol=_advise.TOL)
+    np.testing.assert_allclose(a.estimate, np.asarray(ref.mean), rtol=1e-10, atol=1e-12)
+    assert a.tau_range[0] <= a.tau <= a.tau_range[1]
+    assert all(w.regret >= 1.0 - 0.2 for w in a.worlds)  # regret is measured on the choosing seeds
+
+
+# --- slow tier: regret of following the advice, the true risk from a plain loop -------------------------
+
+def _gm(m):
+    c = m.mean(axis=0)
+    for _ in range(300):
+        r = np.maximum(np.linalg.norm(m - c, axis=1), 1e-12)
+        c = (m / r[:, None]).sum(axis=0) / (1.0 / r).sum()
+    return c
+
+
+def _plain_match(m, n, tau, c):
+    for _ in range(100):
+        inside = np.linalg.norm(m - c, axis=1) < tau
+        if not inside.any():
+            return c
+        new = (n[inside, None] * m[inside]).sum(axis=0) / n[inside].sum()
+        if np.linalg.norm(new - c) < 1e-4:
+            return new
+        c = new
+    return c
+
+
+def _family_da(rng):  # the domain-addition figure's law at K = 30: every third domain at radius 2.5
+    mu = 0.5 * rng.normal(size=(30, 2))
+    for k in range(2, 30, 3):
+        v = np.array([1.0, 0.0]) + 0.2 * rng.normal(size=2)
+        mu[k] = 2.5 * v / np.linalg.norm(v)
+    return mu, np.full(30, 100)
+
+
+def _family_t2(rng):
+    return 0.5 * rng.standard_t(2, size=(30, 2)), np.full(30, 100)
+
+
+def _family_clean(rng):
+    return 0.5 * rng.normal(size=(30, 2)), np.full(30, 100)
+
+
+def _family_wide(rng):  # d = 768, K = 12, two far domains
+    mu = 0.05 * rng.normal(size=(12, 768))
+    mu[:2, 0] += 4.0
+    return mu, np.full(12, 200)
+
+
+def _family_asymptotic(rng):  # the asymptotic figure's law at K = 50
+    mu = 0.5 * rng.normal(size=(50, 2))
+    mu[rng.random(50) < 0.3, 0] += 1.5
+    return mu, np.full(50, 150)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,bound", [(_family_da, 1.25), (_family_t2, 1.25), (_family_clean, 1.25),
+                                          (_family_wide, 1.25), (_family_asymptotic, None)],
+                         ids=["domain-addition", "heavy-tailed", "clean", "d768", "asymptotic"])
+def test_regret_of_following_the_advice(family, bound):
+    """Two observed data sets per family; the true risk of the advice (its estimator, tau and start) and
+    of the best of pooling and matching over 40 taus, on 200 fresh data sets (paired). The regret (ratio
+    of mean errors) is at most ``bound`` + 3 standard errors (delta method on the paired ratio). At the
+    asymptotic figure's law the advice does not reach 1.25 on every data set (the validation table,
+    docs/advice.md); there the claim tested is that following it beats pooling (paired 95% interval)."""
+    rng = np.random.default_rng(5)
+    observed = [_observe(rng, *family(rng)) for _ in range(2)]
+    advice = [advise(means=m, sizes=n, sigma=SIGMA, seeds=300) for m, n in observed]
+    scale = float(np.median([a.fitted["scale"] for a in advice]))
+    grid = scale * np.geomspace(0.05, 8.0, 40)
+    fresh_rng = np.random.default_rng(6)
+    pool, match, followed = [], [], []
+    for _ in range(200):
+        m, n = _observe(fresh_rng, *family(fresh_rng))
+        p = np.linalg.norm((n[:, None] * m).sum(axis=0) / n.sum())
+        c0 = _gm(m)
+        pool.append(p)
+        match.append([np.linalg.norm(_plain_match(m, n, t, c0)) for t in grid])
+        followed.append([p if a.estimator == "pool" else np.linalg.norm(_plain_match(m, n, a.tau, c0))
+                         for a in advice])
+    pool, match, followed = np.array(pool), np.array(match), np.array(followed)
+    candidates = np.column_stack([pool, match])
+    best = candidates[:, np.argmin(candidates.mean(axis=0))]
+    for j in range(len(advice)):
+        f = followed[:, j]
+        ratio = f.mean() / best.mean()
+        se = np.std(f - ratio * best, ddof=1) / math.sqrt(f.size) / best.mean()
+        if bound is not None:
+            assert ratio <= bound + 3 * se, (j, ratio, se, advice[j].strategy, advice[j].tau)
+        else:
+            diff = pool - f
+            half = stats.t.ppf(0.975, diff.size - 1) * diff.std(ddof=1) / math.sqrt(diff.size)
+            assert diff.mean() - half > 0, (j, diff.mean(), half)
