@@ -168,7 +168,8 @@ def _simulate(world, m, sz, sig, taus, seeds: int, seed: int) -> np.ndarray:
     """``(seeds, 2 + T)`` errors of the candidates in ``world`` (chunks of seeds bound memory)."""
     rng = np.random.default_rng(seed)
     K, d = m.shape
-    chunk = max(1, min(seeds, int(2e7 // (K * (d + K) * (len(taus) + 4)))))
+    D = min(d, 2 * K)  # the draws' dimension is at most r + K <= 2K (_worlds.draw)
+    chunk = max(1, min(seeds, int(2e7 // (K * (D + K) * (len(taus) + 4)))))
     out = []
     for lo in range(0, seeds, chunk):
         M, n = _worlds.draw(world, m, sz, sig, rng, min(chunk, seeds - lo))
