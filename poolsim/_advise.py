@@ -43,7 +43,6 @@ TAU_SCALES = tuple(float(x) for x in np.geomspace(0.3, 4.0, 16))  # tau grid / i
 UNDECIDED_REGRET = 1.25  # a worst-case regret above this is "undecided" (the validation's target)
 SUBSAMPLE_FRACTION, SUBSAMPLE_DRAWS = 0.5, 10  # subsampling as in the decision map (m = K / 2, n = 10)
 TOL, MAX_ITER = 1e-4, 100
-FLAT = 0.02  # candidates within 2% of the smallest worst-case regret tie (_central_best)
 
 
 class WorldResult(NamedTuple):
@@ -178,16 +177,6 @@ def _simulate(world, m, sz, sig, taus, seeds: int, seed: int) -> np.ndarray:
     return np.concatenate(out)
 
 
-def _central_best(worst: np.ndarray) -> int:
-    """The candidate to follow: among those whose worst-case regret is within :data:`FLAT` of the
-    smallest (pooling, column 0, counted as the largest radius), the middle one in the order of tau.
-    Where the regret is flat over a range of tau the argmin lands anywhere in it; the middle keeps
-    the most room on both sides for what the fitted worlds get wrong."""
-    order = list(range(1, len(worst))) + [0]
-    near = [i for i in order if worst[i] <= (1 + FLAT) * worst.min()]
-    return near[len(near) // 2]
-
-
 def _verdict_of(diff: np.ndarray) -> _verdict.Verdict:
     return _verdict.from_moments(float(diff.mean()), float(diff.std(ddof=1)), diff.size)
 
@@ -222,7 +211,7 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
     R = np.array(risks)  # (W, 1 + T): pooling, then matching at each tau
     regret = R / np.maximum(R.min(axis=1, keepdims=True), 1e-300)
     worst = regret.max(axis=0)
-    best = _central_best(worst)
+    best = int(np.argmin(worst))
     estimator = "pool" if best == 0 else "match"
     tau = float(taus[best - 1] if best else taus[int(np.argmin(worst[1:]))])
     near = [float(t) for t, w in zip(taus, worst[1:]) if w <= 1.05 * worst[best]]
