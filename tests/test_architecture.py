@@ -2,6 +2,7 @@
 every package, no private name imported across modules, and a CLI that answers ``--help`` without
 loading torch. Each check runs the real tool on the source tree; each has a case showing it can fail."""
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -175,6 +176,44 @@ def test_cli_help_answers_without_loading_torch(command, help_loaded):
     scikit-learn, pandas, matplotlib, submitit): its cost is the parsers' (start-up time is a benchmark
     matter, not a timed test)."""
     assert help_loaded[command] == []
+
+
+_MARKUP = re.compile(r"``|`[^`\s]+`|:(?:func|class|mod|meth|attr|data|obj|exc|ref):")
+
+
+def _help_texts() -> dict:
+    """``{command line: its --help text}`` of every CLI: ``python -m adsim`` and each of its commands,
+    ``python -m poolsim.figures`` and ``python -m poolsim.audit`` (argparse's own text, in this process)."""
+    import contextlib
+    import io
+
+    from adsim.cli.main import main as adsim_main
+    from poolsim.audit import main as audit_main
+    from poolsim.figures.__main__ import main as figures_main
+
+    def text(main, argv):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+            main([*argv, "--help"])
+        return out.getvalue()
+
+    texts = {"python -m adsim": text(adsim_main, [])}
+    commands = re.search(r"\{([\w,-]+)\}", texts["python -m adsim"]).group(1).split(",")
+    texts.update({f"python -m adsim {c}": text(adsim_main, [c]) for c in commands})
+    texts["python -m poolsim.figures"] = text(figures_main, [])
+    texts["python -m poolsim.audit"] = text(audit_main, [])
+    return texts
+
+
+def test_cli_help_is_plain_text():
+    """No reST or Markdown markup in any --help (argparse prints descriptions as they are): no ````code````,
+    no ```name```, no ``:func:`` roles."""
+    texts = _help_texts()
+    assert len(texts) >= 12 and all("usage: python -m" in t for t in texts.values())
+    marked = {cmd: _MARKUP.findall(t) for cmd, t in texts.items() if _MARKUP.search(t)}
+    assert marked == {}
+    assert not _MARKUP.search("plain --out DIR, it's (a) 'quoted' [x]")  # the pattern spares plain text ...
+    assert all(_MARKUP.search(t) for t in ("``x``", "`x`", ":func:`x`"))  # ... and catches markup
 
 
 # One fresh interpreter for three probes, in this order (each one's starting state is checked on the way):

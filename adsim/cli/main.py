@@ -22,10 +22,14 @@ from adsim.config.run import config_from_recipe
 from adsim.data.domains import DOMAINS
 
 SLICE_AXES = ("axial", "coronal", "sagittal", "0", "1", "2")  # adsim.data.medical.resolve_axis
+DESCRIPTION = ("Zero-shot medical anomaly detection on a frozen CLIP ViT: make a toy data set, train, evaluate, "
+               "score your own images, DICOM or NIfTI, and run the paper's grids. Nothing is downloaded: "
+               "--checkpoint PATH loads local weights. python -m adsim COMMAND --help describes each command.")
+"""``python -m adsim --help``'s description: plain text (argparse prints it as it is)."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m adsim", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m adsim", description=DESCRIPTION)
     sub = p.add_subparsers(dest="command", required=True)
 
     toy = sub.add_parser("make-toy-bmad", help="write a small SIMULATED BMAD-layout data set")
