@@ -263,3 +263,19 @@ def test_legacy_paths_forward_with_a_deprecation_warning(imports):
     assert "TRAIN_UNLOADED True" in imports, imports  # the first import of adsim.train is the one below
     assert "WARNED adsim.train moved to adsim.training.train" in imports, imports
     assert imports.strip().endswith("True True"), imports
+
+
+def test_public_modules_reexport_all_of_their_implementation():
+    """``poolsim.core``, ``poolsim.verdict`` and ``poolsim.cluster`` (importable by those paths, as the docs
+    name them) are the public faces of ``_core``, ``_verdict`` and ``_cluster``: the same ``__all__``, the very
+    same objects, and every public function or class the implementation defines is in it."""
+    import inspect
+
+    from poolsim import _cluster, _core, _verdict, cluster, core, verdict
+
+    for public, private in ((core, _core), (verdict, _verdict), (cluster, _cluster)):
+        assert public.__all__ == private.__all__, public.__name__
+        assert all(getattr(public, n) is getattr(private, n) for n in public.__all__), public.__name__
+        defined = {n for n, v in vars(private).items() if not n.startswith("_") and
+                   (inspect.isfunction(v) or inspect.isclass(v)) and v.__module__ == private.__name__}
+        assert defined <= set(private.__all__), (private.__name__, sorted(defined - set(private.__all__)))
