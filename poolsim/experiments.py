@@ -55,10 +55,10 @@ COMMON = dict(sigma=0.8, d=2, mu_star=0.0, metric="l2", init="median", tol=1e-4,
 COMMON_PARAMS = {
     "sigma": Param(_checks.POSITIVE, "within-domain standard deviation (paper)"),
     "d": Param(_INT1, "dimension of the data"),
-    "mu_star": Param("a number or a (d,) vector", "the target mean mu_* (paper: 0)"),
+    "mu_star": Param("a number or a (d,) vector", "the target mean (paper: 0)"),
     "metric": Param(_core.METRICS, "matching's distance (paper: l2)"),
     "init": Param(("median", "mean", "target"), "matching's first centroid: the coordinate-wise median of all "
-                  "samples (paper), their mean, or mu_* itself (Thm 2c)"),
+                  "samples (paper), their mean, or mu_star itself (Thm 2c)"),
     "tol": Param(_checks.POSITIVE, "matching's convergence tolerance (paper)"),
     "max_iter": Param(_INT1, "matching's iteration cap (ours)"),
     "m_frac": Param(_checks.Range(0.0, 1.0, lo_open=True), "subsampling (Def. 2) draws m = ceil(m_frac K) "
@@ -75,7 +75,7 @@ COMMON_PARAMS = {
 _KS = Param("strictly increasing positive integers", "the numbers of domains K the strategies are compared at")
 _N = Param(_INT1, "samples per domain")
 _TAU = Param(_checks.POSITIVE, "matching's inclusion threshold tau (paper)")
-_GAMMA_OURS = Param(_checks.NONNEGATIVE, "spread of the inlier domain means, N(mu_*, gamma^2 I) (ours)")
+_GAMMA_OURS = Param(_checks.NONNEGATIVE, "spread of the inlier domain means, N(mu_star, gamma^2 I) (ours)")
 
 
 class Experiment(NamedTuple):
@@ -104,26 +104,27 @@ EXPERIMENTS = {
     "symmetric": Experiment(
         "symmetric",
         "Thm 2: K = 15 domains from a symmetric D_mu with spread gamma = 1.5. layout='gaussian' draws "
-        "i.i.d. N(mu_*, gamma^2 I) means (the theorem's setting); layout='balanced' uses antithetic "
-        "pairs whose average is exactly mu_* (the paper's picture).",
+        "i.i.d. N(mu_star, gamma^2 I) means (the theorem's setting); layout='balanced' uses antithetic "
+        "pairs whose average is exactly mu_star (the paper's picture).",
         dict(Ks=(15,), n=100, tau=1.0, gamma=1.5, layout="gaussian"),
         lambda P: (md.symmetric_gaussian if P["layout"] == "gaussian" else md.balanced)(
             P["gamma"], d=P["d"], mu_star=P["mu_star"]),
         {"Ks": _KS, "n": _N, "tau": _TAU,
          "gamma": Param(_checks.NONNEGATIVE, "spread of the domain means (paper)"),
-         "layout": Param(("gaussian", "balanced"), "gaussian: i.i.d. N(mu_*, gamma^2 I) means (the theorem's "
-                         "setting); balanced: antithetic pairs averaging exactly mu_* (the paper's picture)")},
+         "layout": Param(("gaussian", "balanced"), "gaussian: i.i.d. N(mu_star, gamma^2 I) means (the "
+                         "theorem's setting); balanced: antithetic pairs averaging exactly mu_star (the "
+                         "paper's picture)")},
     ),
     "domain_addition": Experiment(
         "domain_addition",
-        "Thm 3: K grows 5 -> 30, every third domain an outlier at ||mu_k - mu_*|| = 2.5 on one side "
-        "(direction e_1 with angular jitter 0.2, ours); inliers N(mu_*, 0.5^2 I) (ours).",
+        "Thm 3: K grows 5 -> 30, every third domain an outlier at distance 2.5 from mu_star on one side "
+        "(direction e_1 with angular jitter 0.2, ours); inliers N(mu_star, 0.5^2 I) (ours).",
         dict(Ks=tuple(range(5, 31)), n=100, tau=1.1, every=3, radius=2.5, gamma=0.5, jitter=0.2),
         lambda P: md.outlier_schedule(P["every"], P["radius"], d=P["d"], gamma=P["gamma"],
                                       jitter=P["jitter"], mu_star=P["mu_star"]),
         {"Ks": _KS, "n": _N, "tau": _TAU,
          "every": Param(_INT1, "every every-th domain (k = every, 2 every, ...) is an outlier (paper: 3)"),
-         "radius": Param(_checks.NONNEGATIVE, "the outliers' distance from mu_* (paper)"),
+         "radius": Param(_checks.NONNEGATIVE, "the outliers' distance from mu_star (paper)"),
          "gamma": _GAMMA_OURS,
          "jitter": Param(_checks.NONNEGATIVE, "the outliers' angular jitter around e_1, radians (ours)")},
     ),

@@ -240,7 +240,8 @@ def test_a_smaller_or_other_run_stops_before_any_work_and_says_where_to_write(tm
         name: {"seeds": 40, "quick": False, "max_K": None} for name in ("first", "second")}
     before = _state(out)
     calls = _counting(fakes)
-    tail = "write elsewhere with --out DIR, compare without writing with --check, or replace {} on purpose with --overwrite"
+    tail = ("write elsewhere with --out DIR, compare without writing with --check, or replace {} on purpose with "
+            "--overwrite")
     for extra, names, how in ((["--seeds", "40", "--quick"], "first, second", "--quick (3 seeds)"),
                               (["--quick"], "first, second", "--quick (3 seeds)"),
                               (["--seeds", "20"], "first, second", "20 seeds"),

@@ -172,7 +172,8 @@ def _table_parser(sub) -> None:
     tb = sub.add_parser("table", help="Table 1 grid: every target x method x shots (resumable per cell), "
                         "OUT/table.csv and OUT/table.md with the paper's numbers in separate columns")
     tb.add_argument("--data", required=True, help="BMAD in the MVFA layout")
-    tb.add_argument("--checkpoint", default=None, help="local open_clip weights (none: --random-weights or --backbone tiny)")
+    tb.add_argument("--checkpoint", default=None,
+                    help="local open_clip weights (none: --random-weights or --backbone tiny)")
     tb.add_argument("--methods", nargs="+", required=True,
                     help=f"training-free {ZERO_SHOT_METHODS} and/or trained: recipes {recipes.names()} or methods "
                          f"{recipes.CHOICES['method']} of --recipe, trained once per target (leave-one-out)")
