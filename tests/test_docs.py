@@ -151,10 +151,15 @@ def test_experiment_parameters_are_in_run_docstring_and_on_its_api_page():
     """Each experiment's own parameters and the common ones, with their defaults and allowed values, are
     in ``poolsim.experiments.run``'s docstring (generated from the registry at import) and in the docstring
     the API page renders (the griffe extension reads the generated one)."""
+    import griffe
+
     from poolsim import experiments
 
-    api = _public_api()
-    page = api.load_griffe(str(ROOT)).get_member("poolsim.experiments.run").docstring.value
+    _public_api()  # puts the docs tools' griffe extension in sys.modules
+    loader = griffe.GriffeLoader(search_paths=[str(ROOT)], extensions=griffe.load_extensions(
+        sys.modules["griffe_docstrings"].ProjectDocstrings))
+    loader.load("poolsim")  # poolsim alone: what the site build loads for this page
+    page = loader.modules_collection.get_member("poolsim.experiments.run").docstring.value
     for doc in (experiments.run.__doc__, page):
         assert "<!-- generated" not in doc
         for name, exp in [(None, None), *experiments.EXPERIMENTS.items()]:
