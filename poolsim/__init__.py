@@ -20,12 +20,12 @@ from ._advise import Advice as Advice
 from ._da import da_score as da_score
 from ._verdict import decide as decide_claim
 from ._verdict import Verdict as Verdict
-from . import _verdict as verdict
+from . import verdict as verdict
 from . import metadist as metadist
 from . import theory as theory
 from . import flows as flows
-from . import _core as core
-from . import _cluster as cluster
+from . import core as core
+from . import cluster as cluster
 from . import io as io
 
 __version__ = "0.1.0"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import numbers
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -26,28 +26,76 @@ def choice(name: str, value: Any, allowed: tuple) -> Any:
     return value
 
 
+def _bound(x: float) -> str:
+    return "inf" if x == math.inf else "-inf" if x == -math.inf else "pi" if x == math.pi else f"{x:g}"
+
+
+class Range(NamedTuple):
+    """The values a numeric argument may take: ``[lo, hi]``, an end left out with ``lo_open`` /
+    ``hi_open`` (an infinite end is always open), integers only with ``integer``. ``str()`` is the
+    interval as every range error writes it: ``[0, 1]``, ``(0, inf)``, ``[1, inf)``."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    lo_open: bool = False
+    hi_open: bool = False
+    integer: bool = False
+
+    def __str__(self) -> str:
+        left = "(" if self.lo_open or self.lo == -math.inf else "["
+        right = ")" if self.hi_open or self.hi == math.inf else "]"
+        return f"{left}{_bound(self.lo)}, {_bound(self.hi)}{right}"
+
+    def error(self, name: str, value: Any) -> ValueError:
+        """The one wording of a range error: ``NAME must be a finite number in [0, 1], got 1.5`` (``an
+        integer in [1, inf)`` for integer ranges)."""
+        kind = "an integer" if self.integer else "a finite number"
+        return ValueError(f"{name} must be {kind} in {self}, got {value!r}")
+
+    def check(self, name: str, value: Any) -> Any:
+        """``value`` if it lies in the range (a traced JAX scalar passes unchecked), else :meth:`error`."""
+        if is_tracer(value):
+            return value
+        if self.integer:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise self.error(name, value)
+            v = float(value)
+        else:
+            if isinstance(value, (str, bytes, bool)):  # float("1") and float(True) would pass otherwise
+                raise self.error(name, value)
+            try:
+                v = float(value)
+            except (TypeError, ValueError):
+                raise self.error(name, value) from None
+            if not math.isfinite(v):
+                raise self.error(name, value)
+        if v < self.lo or v > self.hi or (self.lo_open and v == self.lo) or (self.hi_open and v == self.hi):
+            raise self.error(name, value)
+        return value
+
+
+POSITIVE = Range(0.0, math.inf, lo_open=True)
+"""``(0, inf)``."""
+NONNEGATIVE = Range(0.0, math.inf)
+"""``[0, inf)``."""
+UNIT = Range(0.0, 1.0)
+"""``[0, 1]``."""
+
+
+def number(name: str, value: Any, lo: float = -math.inf, hi: float = math.inf, *, lo_open: bool = False,
+           hi_open: bool = False) -> Any:
+    """A finite number in the interval from ``lo`` to ``hi`` (:class:`Range`; a tracer passes unchecked)."""
+    return Range(lo, hi, lo_open, hi_open).check(name, value)
+
+
 def positive(name: str, value: Any) -> Any:
     """A finite number > 0 (a traced JAX scalar passes unchecked)."""
-    if is_tracer(value):
-        return value
-    if isinstance(value, (str, bytes, bool)):  # float("1") and float(True) would pass otherwise
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return value
+    return POSITIVE.check(name, value)
 
 
 def integer(name: str, value: Any, lo: int, hi: float = math.inf) -> int:
     """An integer in ``[lo, hi]``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
-    return int(value)
+    return int(Range(lo, hi, integer=True).check(name, value))
 
 
 def to_numpy(a: Any) -> np.ndarray:

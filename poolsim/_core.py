@@ -1,20 +1,5 @@
-"""The one matching core: distances, the inclusion gate, centroid updates, the median.
-
-Everything here is written against the Python array API (through ``array-api-compat``) so the same
-function runs on NumPy arrays, ``jax.numpy`` arrays (also under ``jax.jit``/``jax.vmap``) and torch
-tensors (with autograd). Rules that keep it traceable and differentiable:
-
-* no boolean-mask indexing -- inclusion is a 0/1 *weight* array of the input's float dtype;
-* no in-place writes;
-* every ``sqrt``/``arccos``/division has a guarded input, so values and gradients stay finite at
-  identical vectors, at zero vectors and at cosine = +-1.
-
-Shapes: ``x: (..., d)`` points, ``c: (d,)`` or ``(..., d)`` centroids (broadcast), ``w: (...,)``
-weights. The functions never look at values on the host, so they also work on tracers -- except
-:func:`weighted_median` on NumPy arrays (never traced), which selects rather than sorts (the same
-values). All array arguments of one call must come from one library: mixing them is
-array-api-compat's TypeError ("Multiple namespaces"), never a silent conversion.
-"""
+"""The matching core (distances, the inclusion gate, centroid updates, the median): the implementation
+of :mod:`poolsim.core`, whose docstring states its rules (array API, traceable, differentiable)."""
 from __future__ import annotations
 
 from typing import Any
@@ -23,6 +8,7 @@ import numpy as np
 from array_api_compat import array_namespace, is_jax_namespace, is_numpy_namespace
 
 METRICS = ("l2", "cosine", "geodesic")
+"""The distances :func:`distance` computes (``metric=``)."""
 
 
 def namespace(*arrays: Any):
@@ -31,6 +17,7 @@ def namespace(*arrays: Any):
 
 
 def sum_squares(x, *, axis: int = -1):
+    """``sum(x * x)`` along ``axis``: ``(..., d) -> (...)`` for the default ``axis=-1``."""
     xp = namespace(x)
     return xp.sum(x * x, axis=axis)
 
@@ -338,3 +325,8 @@ def multi_match_step(points, mass, C, taus, metric: str):
     w = w * xp.astype(mass > 0, points.dtype)[:, None]
     out = [weighted_mean(points, w[:, m] * mass, C[m]) for m in range(C.shape[0])]
     return xp.stack([c for c, _ in out]), w, xp.stack([t for _, t in out])
+
+__all__ = [
+    "METRICS", "namespace", "sum_squares", "safe_norm", "normalize", "cosine_similarity", "chord_angle",
+    "geodesic", "distance", "gate", "weighted_mean", "ema_update", "slerp_update", "weighted_median",
+    "match_step", "iterate_match", "running_update", "exclusive_gate", "multi_match_step"]

@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _cache, _cluster, _engine, _programs, _rng
+from . import _cache, _checks, _cluster, _engine, _programs, _rng
 
 LAWS = ("contaminated", "outlier_schedule")
 SHARE_DENOM = 36  # outlier_schedule shares are j / 36 (1/3 = 12/36 is the paper's "every third")
@@ -393,10 +393,8 @@ def run_grid(spec: GridSpec, shares, shifts, *, seeds: int | np.ndarray, chunk: 
     taus = np.asarray(spec.taus, float)
     if taus.size == 0 or not np.all(np.isfinite(taus)) or taus.min() <= 0:
         raise ValueError(f"taus must be a non-empty tuple of finite numbers > 0, got {spec.taus}")
-    if not (math.isfinite(spec.sigma) and spec.sigma > 0):
-        raise ValueError(f"sigma must be a finite number > 0, got {spec.sigma}")
-    if not (math.isfinite(spec.gamma) and spec.gamma >= 0):
-        raise ValueError(f"gamma must be a finite number >= 0, got {spec.gamma}")
+    _checks.POSITIVE.check("sigma", spec.sigma)
+    _checks.NONNEGATIVE.check("gamma", spec.gamma)
     if not spec.Ks or min(spec.Ks) < 2 or list(spec.Ks) != sorted(set(spec.Ks)):
         raise ValueError(f"Ks must be strictly increasing integers >= 2, got {spec.Ks}")
     if not spec.ns or min(spec.ns) < 1:

@@ -1,20 +1,4 @@
-"""One rule for every verdict the project prints: ``holds`` / ``does not hold`` / ``inconclusive``.
-
-A comparative claim ("matching is lowest", "subsampling blunts the spikes", "A beats B") is decided
-on the PAIRED per-seed difference of the two quantities compared (same seed, same draws), never on
-two separate intervals or on point estimates:
-
-* ``estimate`` = mean of the differences, ``[ci_low, ci_high]`` = 95% Student-t interval
-  (``scipy.stats.t``, n - 1 degrees of freedom);
-* the claim is ``mean difference > threshold`` (``side="greater"``) or ``< threshold``
-  (``side="less"``); it **holds** when the whole interval lies on the claimed side, **does not
-  hold** when the whole interval lies on the other side, and is **inconclusive** when the
-  interval contains the threshold or when there are fewer than :data:`MIN_SEEDS` seeds (then no
-  interval is reported at all -- never a zero-width one).
-
-A claim that a quantity clears a fixed threshold is only evidence when the baseline it is meant
-to beat does not clear it too; callers then compare against the baseline (pass it as ``b``).
-"""
+"""The one verdict rule: the implementation of :mod:`poolsim.verdict`, whose docstring states the rule."""
 from __future__ import annotations
 
 import math

@@ -874,7 +874,10 @@ def render(rows: list[Row], seeds: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m poolsim.audit", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m poolsim.audit",
+                                 description="Claims audit: one row per numbered claim of the paper (what was "
+                                             "checked, the measured figure, the verdict), written to "
+                                             "docs/claims.md.")
     ap.add_argument("--out", default="docs/claims.md", help="output markdown file (default: %(default)s)")
     ap.add_argument("--seeds", type=int, default=1000,
                     help="Monte-Carlo replications for finite-K checks; large-K checks use "

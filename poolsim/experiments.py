@@ -2,21 +2,11 @@
 
 ``run(name, *, seeds, **params) -> pandas.DataFrame`` -- one tidy row per (strategy, seed, K) with
 ``eps = ||estimate - mu_*||_2`` (float64; the column dtypes: :func:`run`). Defaults are the paper's
-parameters; values the paper leaves out are our choices, marked "(ours)" below, and every one is a
-parameter.
-
-Common parameters (all experiments):
-
-* ``sigma=0.8`` within-domain std, ``d=2``, ``mu_star=0`` (paper);
-* ``metric="l2"``, ``init="median"`` (paper: coordinate-wise median of all samples), ``tol=1e-4``
-  (paper), ``max_iter=100`` (ours); ``init`` may also be "mean" or "target" (c0 = mu_*, Thm 2c);
-* subsampling (Def. 2) takes ``m = ceil(m_frac K)`` domains with ``m_frac=0.5`` and ``n_sub=10``
-  points each, with replacement (ours: the paper gives neither m nor n; n_sub << n as Def. 2 asks);
-* ``materialize=True`` draws every sample (paper-faithful sample-median init); ``False`` uses exact
-  sufficient statistics and the median of domain means (fast, cost flat in n; see ``_engine``);
-* ``dtype="float32"`` or ``"float64"``; ``chunk`` seeds per device call at most; ``metadist``
-  overrides the experiment's meta-distribution (any :class:`poolsim.metadist.MetaDist` of
-  dimension d).
+parameters; values the paper leaves out are our choices, marked "(ours)", and every one is a
+parameter. :func:`run`'s docstring lists them all -- the parameters every experiment takes and each
+experiment's own -- with their defaults and allowed values, generated from the registry
+(:data:`COMMON_PARAMS`, ``EXPERIMENTS[name].params``) that also checks them: a value outside its
+allowed range is a ``ValueError`` worded as that table's column.
 
 Memory (``run``, ``simulate``, ``summarize``): ``memory_budget=`` bytes (or ``"4GB"``,
 ``"512MiB"``; default the environment variable ``POOLSIM_MEMORY_BUDGET``, else half of the free
@@ -39,7 +29,8 @@ To add an experiment: one more :class:`Experiment` entry in ``EXPERIMENTS``.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import numpy as np
@@ -48,17 +39,54 @@ import pandas as pd
 from . import _checks, _core, _engine, metadist as md
 
 
+class Param(NamedTuple):
+    """An experiment parameter: ``allowed`` -- a numeric range (``str()`` gives it as ``[0, 1]``,
+    ``(0, inf)``, ...; checked by :func:`resolve` with the one range-error wording), a tuple of choices
+    (checked too) or a phrase (checked where the value is used) -- and ``doc``, what it means."""
+
+    allowed: Any
+    doc: str
+
+
+_INT1 = _checks.Range(1, math.inf, integer=True)
+
+COMMON = dict(sigma=0.8, d=2, mu_star=0.0, metric="l2", init="median", tol=1e-4, max_iter=100,
+              m_frac=0.5, n_sub=10, materialize=True, dtype="float32", chunk=1024, metadist=None)
+COMMON_PARAMS = {
+    "sigma": Param(_checks.POSITIVE, "within-domain standard deviation (paper)"),
+    "d": Param(_INT1, "dimension of the data"),
+    "mu_star": Param("a number or a (d,) vector", "the target mean (paper: 0)"),
+    "metric": Param(_core.METRICS, "matching's distance (paper: l2)"),
+    "init": Param(("median", "mean", "target"), "matching's first centroid: the coordinate-wise median of all "
+                  "samples (paper), their mean, or mu_star itself (Thm 2c)"),
+    "tol": Param(_checks.POSITIVE, "matching's convergence tolerance (paper)"),
+    "max_iter": Param(_INT1, "matching's iteration cap (ours)"),
+    "m_frac": Param(_checks.Range(0.0, 1.0, lo_open=True), "subsampling (Def. 2) draws m = ceil(m_frac K) "
+                    "domains, with replacement (ours: the paper gives no m)"),
+    "n_sub": Param(_INT1, "subsampling: points drawn from each of the m domains (ours; n_sub << n as Def. 2 asks)"),
+    "materialize": Param((True, False), "True: draw every sample (the paper's sample-median init); False: exact "
+                         "sufficient statistics and the median of the domain means (fast, cost flat in n)"),
+    "dtype": Param(("float32", "float64"), "the engine's float type"),
+    "chunk": Param(_INT1, "seeds per device call at most"),
+    "metadist": Param("None or a poolsim.metadist.MetaDist of dimension d", "replaces the experiment's "
+                      "meta-distribution (metadist.from_callable makes one from a sampler)"),
+}
+"""The parameters every experiment takes (defaults: ``COMMON``): allowed values and meaning."""
+_KS = Param("strictly increasing positive integers", "the numbers of domains K the strategies are compared at")
+_N = Param(_INT1, "samples per domain")
+_TAU = Param(_checks.POSITIVE, "matching's inclusion threshold tau (paper)")
+_GAMMA_OURS = Param(_checks.NONNEGATIVE, "spread of the inlier domain means, N(mu_star, gamma^2 I) (ours)")
+
+
 class Experiment(NamedTuple):
-    """A registered experiment: its defaults and how to build its meta-distribution from them."""
+    """A registered experiment: its defaults, how to build its meta-distribution from them, and
+    ``params``: a :class:`Param` for each of its own parameters (the keys of ``defaults``)."""
 
     name: str
     description: str
     defaults: dict
     make_metadist: Callable[[dict], md.MetaDist]
-
-
-COMMON = dict(sigma=0.8, d=2, mu_star=0.0, metric="l2", init="median", tol=1e-4, max_iter=100,
-              m_frac=0.5, n_sub=10, materialize=True, dtype="float32", chunk=1024, metadist=None)
+    params: Mapping[str, Param] = MappingProxyType({})
 
 EXPERIMENTS = {
     "asymptotic": Experiment(
@@ -68,23 +96,37 @@ EXPERIMENTS = {
         "inlier spread gamma = 0.5.",
         dict(Ks=(5, 10, 20, 30, 40, 50), n=150, tau=1.2, alpha=1.5, p=0.3, gamma=0.5),
         lambda P: md.contaminated(P["p"], P["alpha"], d=P["d"], gamma=P["gamma"], mu_star=P["mu_star"]),
+        {"Ks": _KS, "n": _N, "tau": _TAU,
+         "alpha": Param(_checks.NONNEGATIVE, "shift of the contaminated domains' means along e_1 (paper)"),
+         "p": Param(_checks.UNIT, "share of contaminated domains (ours)"),
+         "gamma": _GAMMA_OURS},
     ),
     "symmetric": Experiment(
         "symmetric",
         "Thm 2: K = 15 domains from a symmetric D_mu with spread gamma = 1.5. layout='gaussian' draws "
-        "i.i.d. N(mu_*, gamma^2 I) means (the theorem's setting); layout='balanced' uses antithetic "
-        "pairs whose average is exactly mu_* (the paper's picture).",
+        "i.i.d. N(mu_star, gamma^2 I) means (the theorem's setting); layout='balanced' uses antithetic "
+        "pairs whose average is exactly mu_star (the paper's picture).",
         dict(Ks=(15,), n=100, tau=1.0, gamma=1.5, layout="gaussian"),
         lambda P: (md.symmetric_gaussian if P["layout"] == "gaussian" else md.balanced)(
             P["gamma"], d=P["d"], mu_star=P["mu_star"]),
+        {"Ks": _KS, "n": _N, "tau": _TAU,
+         "gamma": Param(_checks.NONNEGATIVE, "spread of the domain means (paper)"),
+         "layout": Param(("gaussian", "balanced"), "gaussian: i.i.d. N(mu_star, gamma^2 I) means (the "
+                         "theorem's setting); balanced: antithetic pairs averaging exactly mu_star (the "
+                         "paper's picture)")},
     ),
     "domain_addition": Experiment(
         "domain_addition",
-        "Thm 3: K grows 5 -> 30, every third domain an outlier at ||mu_k - mu_*|| = 2.5 on one side "
-        "(direction e_1 with angular jitter 0.2, ours); inliers N(mu_*, 0.5^2 I) (ours).",
+        "Thm 3: K grows 5 -> 30, every third domain an outlier at distance 2.5 from mu_star on one side "
+        "(direction e_1 with angular jitter 0.2, ours); inliers N(mu_star, 0.5^2 I) (ours).",
         dict(Ks=tuple(range(5, 31)), n=100, tau=1.1, every=3, radius=2.5, gamma=0.5, jitter=0.2),
         lambda P: md.outlier_schedule(P["every"], P["radius"], d=P["d"], gamma=P["gamma"],
                                       jitter=P["jitter"], mu_star=P["mu_star"]),
+        {"Ks": _KS, "n": _N, "tau": _TAU,
+         "every": Param(_INT1, "every every-th domain (k = every, 2 every, ...) is an outlier (paper: 3)"),
+         "radius": Param(_checks.NONNEGATIVE, "the outliers' distance from mu_star (paper)"),
+         "gamma": _GAMMA_OURS,
+         "jitter": Param(_checks.NONNEGATIVE, "the outliers' angular jitter around e_1, radians (ours)")},
     ),
 }
 
@@ -117,21 +159,11 @@ def resolve(name: str, params: dict) -> tuple[dict, md.MetaDist]:
     if not Ks or Ks[0] < 1 or any(b <= a for a, b in zip(Ks, Ks[1:])):
         raise ValueError(f"Ks must be strictly increasing positive integers, got {P['Ks']!r}")
     P["Ks"] = Ks
-    _checks.positive("tau", P["tau"])
-    _checks.positive("sigma", P["sigma"])
-    _checks.positive("tol", P["tol"])
-    _checks.integer("n", P["n"], 1)
-    _checks.integer("n_sub", P["n_sub"], 1)
-    _checks.integer("d", P["d"], 1)
-    _checks.integer("max_iter", P["max_iter"], 1)
-    _checks.integer("chunk", P["chunk"], 1)
-    _checks.choice("metric", P["metric"], _core.METRICS)
-    _checks.choice("init", P["init"], ("median", "mean", "target"))
-    _checks.choice("dtype", P["dtype"], ("float32", "float64"))
-    if not 0 < float(P["m_frac"]) <= 1:
-        raise ValueError(f"m_frac must be in (0, 1], got {P['m_frac']!r}")
-    if name == "symmetric":
-        _checks.choice("layout", P["layout"], ("gaussian", "balanced"))
+    for key, param in {**COMMON_PARAMS, **exp.params}.items():  # the ranges and choices run()'s tables show
+        if isinstance(param.allowed, _checks.Range):
+            param.allowed.check(key, P[key])
+        elif isinstance(param.allowed, tuple):
+            _checks.choice(key, P[key], param.allowed)
     dist = P["metadist"] if P["metadist"] is not None else exp.make_metadist(P)
     if not isinstance(dist, md.MetaDist):
         raise ValueError("metadist must be a poolsim.metadist.MetaDist (see metadist.from_callable)")
@@ -342,16 +374,63 @@ def run(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = 
     ``est_0`` .. ``est_{d-1}`` float64 (the estimates exactly as the engine computed them).
 
     Same seeds and parameters -> identical frames. Only the fields the frame reads cross from the
-    device. See the module docstring for parameters and ``EXPERIMENTS[name].description`` for
-    each experiment's set-up.
+    device. ``params``: the experiment's parameters, all with defaults (the tables below, generated from
+    :data:`COMMON_PARAMS` and ``EXPERIMENTS[name].params``; :func:`parameter_table` prints one).
     ``distributed=True`` runs the seeds across the processes of a ``jax.distributed`` job (module
     docstring; raises RuntimeError if ``jax.distributed`` was not initialised).
     ``memory_budget``: bytes or a string such as ``"4GB"`` bounding the engine's working memory
     (module docstring, Memory); the frame itself comes on top.
+
+    <!-- generated at import -->
     """
     res, P = simulate(name, seeds=seeds, progress=progress, distributed=distributed,
                       fields=FRAME_FIELDS, memory_budget=memory_budget, **params)
     return frame(name, res, P)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _allowed(allowed: Any) -> str:
+    if isinstance(allowed, _checks.Range):
+        return f"integer in {allowed}" if allowed.integer else str(allowed)
+    if isinstance(allowed, tuple):
+        return ", ".join(repr(a) for a in allowed)
+    return str(allowed)
+
+
+def parameter_table(name: str | None = None) -> str:
+    """The parameters of experiment ``name`` as a Markdown table (parameter, default, allowed values,
+    meaning): its own (``EXPERIMENTS[name]``), or with ``name=None`` the ones every experiment takes
+    (:data:`COMMON_PARAMS`). Allowed ranges read ``[0, 1]`` (ends included), ``(0, inf)`` (excluded)."""
+    if name is not None and name not in EXPERIMENTS:
+        raise ValueError(f"name must be None or one of {tuple(EXPERIMENTS)}, got {name!r}")
+    defaults, params = (COMMON, COMMON_PARAMS) if name is None else (EXPERIMENTS[name].defaults,
+                                                                      EXPERIMENTS[name].params)
+    rows = ["| parameter | default | allowed | meaning |", "|---|---|---|---|"]
+    for key, value in defaults.items():
+        param = params.get(key, Param("-", "-"))
+        rows.append(f"| `{key}` | `{value!r}` | {_cell(_allowed(param.allowed))} | {_cell(param.doc)} |")
+    return "\n".join(rows)
+
+
+def _parameters_doc() -> str:
+    parts = ["**Parameters every experiment takes**", "", parameter_table()]
+    for name, exp in EXPERIMENTS.items():
+        parts += ["", f"**Experiment `{name}`**: {exp.description}", "", parameter_table(name)]
+    return "\n".join(parts)
+
+
+def _fill(doc: str, text: str, mark: str = "<!-- generated at import -->") -> str:
+    """``doc`` with its ``mark`` line replaced by ``text``, indented as the mark was."""
+    lines = doc.splitlines()
+    i = next(j for j, ln in enumerate(lines) if ln.strip() == mark)
+    pad = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+    return "\n".join(lines[:i] + [pad + t if t else t for t in text.splitlines()] + lines[i + 1:])
+
+
+run.__doc__ = _fill(run.__doc__ or "", _parameters_doc())
 
 
 def summarize(name: str, *, seeds: Any = 10, progress: Callable[[int], None] | None = None,

@@ -497,9 +497,7 @@ def _check_data(x: Any, batched: bool, holdout: float):
     if not np.issubdtype(arr.dtype, np.floating):
         arr = arr.astype(float)
     _checks.finite("x", arr)
-    h = float(holdout)
-    if not 0 <= h < 1:
-        raise ValueError(f"holdout must be in [0, 1), got {holdout!r}")
+    h = float(_checks.number("holdout", holdout, 0.0, 1.0, hi_open=True))
     n = arr.shape[-2]
     n_test = int(round(h * n))
     if n - n_test < 2:

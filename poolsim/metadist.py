@@ -12,7 +12,6 @@ meta-distribution, write one more factory here in the same shape.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -69,13 +68,7 @@ def _unit(direction: Any, d: int) -> np.ndarray:
 
 
 def _nonneg(name: str, value: Any) -> float:
-    try:
-        v = float(value) if not isinstance(value, (str, bytes, bool)) else math.nan
-    except (TypeError, ValueError):
-        v = math.nan
-    if not np.isfinite(v) or v < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return v
+    return float(_checks.NONNEGATIVE.check(name, value))
 
 
 def symmetric_gaussian(gamma: float, *, d: int, mu_star: Any = 0.0) -> MetaDist:
@@ -132,9 +125,7 @@ def contaminated(p: float, alpha: float, *, d: int, gamma: float = 0.5, directio
     import jax
 
     d = _checks.integer("d", d, 1)
-    p = _nonneg("p", p)
-    if p > 1:
-        raise ValueError(f"p must be in [0, 1], got {p}")
+    p = float(_checks.UNIT.check("p", p))
     a, g = _nonneg("alpha", alpha), _nonneg("gamma", gamma)
     mu, v = _vec("mu_star", mu_star, d), _unit(direction, d)
 

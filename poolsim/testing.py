@@ -18,6 +18,17 @@ Strategies: :func:`domain_collections` ``(K, N, d)`` arrays, :func:`permutations
 one float strategy the others use, whose domain is explicit). :func:`examples` scales a test's
 example budget with the active hypothesis profile.
 
+Profiles. Importing this module registers the hypothesis profile ``deep`` (:data:`DEEP`: 50x the
+examples, fresh random ones on every run, failures kept in hypothesis' example database and replayed
+first; for hunting counterexamples, not for CI). :func:`load_profile` loads the profile named by the
+environment variable ``HYPOTHESIS_PROFILE``, so a test suite's ``conftest.py`` makes it selectable with::
+
+    import poolsim.testing
+
+    poolsim.testing.load_profile()     # HYPOTHESIS_PROFILE=deep python -m pytest ...
+
+(or ``pytest --hypothesis-profile=deep`` with ``import poolsim.testing`` in ``conftest.py``).
+
 Float domains. Every float these strategies draw is finite (no NaN, no inf) and inside the stated
 bounds, so huge values (overflowing squares, ``x * x = inf`` beyond ~1.3e154) are out of the domain
 unless a bound lets them in. Zero is in the domain whenever the bounds contain it (zero vectors and
@@ -41,7 +52,43 @@ from . import _core, metadist
 from .theory import cap_constants
 
 __all__ = ["domain_collections", "permutations", "meta_distributions", "metrics", "MetricCase",
-           "metric_cases", "admissible_pairs", "unit_vectors", "finite_floats", "examples"]
+           "metric_cases", "admissible_pairs", "unit_vectors", "finite_floats", "examples", "DEEP",
+           "register_profiles", "load_profile"]
+
+DEEP = "deep"
+"""The name of the hypothesis profile :func:`register_profiles` registers: ``max_examples = 5000``
+(50x hypothesis' default, so every :func:`examples` budget times 50), ``derandomize=False``, no deadline,
+the too-slow health check off, failures saved to and replayed from the example database."""
+
+
+def register_profiles() -> None:
+    """Register the :data:`DEEP` hypothesis profile (done on import of this module; again is harmless)."""
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(DEEP, max_examples=100 * 50, derandomize=False, deadline=None,
+                              print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+
+
+def load_profile(name: str | None = None) -> str:
+    """Load the hypothesis profile ``name`` (default: the environment variable ``HYPOTHESIS_PROFILE``,
+    else hypothesis' ``default``) and return its name; ValueError if no such profile is registered."""
+    import os
+
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    register_profiles()
+    chosen = name if name is not None else os.environ.get("HYPOTHESIS_PROFILE", "default")
+    try:
+        settings.get_profile(chosen)  # first: a failed load_profile would leave the name set
+    except InvalidArgument:
+        raise ValueError(f"hypothesis profile {chosen!r} is not registered (this module registers "
+                         f"{DEEP!r}; hypothesis has 'default'; settings.register_profile adds one)") from None
+    settings.load_profile(chosen)
+    return chosen
+
+
+register_profiles()
 
 
 def examples(n: int) -> int:
@@ -49,8 +96,8 @@ def examples(n: int) -> int:
 
     ``@settings(max_examples=n)`` on a test overrides the profile, so a profile alone cannot ask for
     more examples; write ``@settings(max_examples=examples(n))`` instead. Under hypothesis' default
-    ``max_examples = 100`` this is ``n``; under the ``deep`` profile of ``tests/conftest.py``
-    (``max_examples = 5000``) it is ``50 n``.
+    ``max_examples = 100`` this is ``n``; under the :data:`DEEP` profile (``max_examples = 5000``,
+    ``HYPOTHESIS_PROFILE=deep`` with :func:`load_profile`) it is ``50 n``.
     """
     from hypothesis import settings
 

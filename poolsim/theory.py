@@ -93,13 +93,7 @@ def _moments(md: MetaDist, what: str):
 
 
 def _nonneg(name: str, value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return v
+    return float(_checks.NONNEGATIVE.check(name, value))
 
 
 def _samples_N(N: Any) -> float:
@@ -491,15 +485,13 @@ def recommend_tau(eps_K: float, m_M: float, L_M: float, *, harmful_distance: flo
     m, L = _constants(m_M, L_M)
     low = L * eps
     if harmful_distance is None:
-        if not margin > 1 or not math.isfinite(margin):
-            raise ValueError(f"margin must be a finite number > 1, got {margin!r}")
+        _checks.number("margin", margin, 1.0, lo_open=True)
         if eps == 0:
             raise ValueError("eps_K = 0: every tau > 0 gives a nonempty band; pass harmful_distance "
                              "to choose one")
         return TauChoice(margin * low, low, math.inf)
     r = _nonneg("harmful_distance", harmful_distance)
-    if not 0 < fraction < 1:
-        raise ValueError(f"fraction must be in (0, 1), got {fraction!r}")
+    _checks.number("fraction", fraction, 0.0, 1.0, lo_open=True, hi_open=True)
     high = m * (r - eps)
     if high <= low:
         raise ValueError(f"no tau both keeps the inclusion band nonempty (tau > L_M eps_K = {low:.4g}) "
@@ -524,9 +516,8 @@ def cap_constants(metric: str, theta: float, *, theta_min: float = 0.0) -> CapCo
       ``theta_min > 0`` -- ValueError otherwise.
     """
     _checks.choice("metric", metric, _core.METRICS)
-    th, th0 = float(theta), _nonneg("theta_min", theta_min)
-    if not 0 < th <= math.pi:
-        raise ValueError(f"theta must be in (0, pi], got {theta!r}")
+    th = float(_checks.number("theta", theta, 0.0, math.pi, lo_open=True))
+    th0 = _nonneg("theta_min", theta_min)
     if th0 >= th:
         raise ValueError(f"theta_min must be < theta = {th}, got {theta_min!r}")
 

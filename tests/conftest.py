@@ -14,7 +14,8 @@ Hypothesis profiles (choose with the environment variable ``HYPOTHESIS_PROFILE``
 * ``deep`` -- ``HYPOTHESIS_PROFILE=deep python -m pytest -q tests/test_theory_properties.py
   tests/test_multimodal.py``: 50x the examples of every test (``max_examples = 5000`` and every
   ``examples(n)`` budget times 50), fresh random examples on each run, failures saved to the local
-  example database and replayed first on the next run. For looking for counterexamples, not CI.
+  example database and replayed first on the next run. For looking for counterexamples, not CI. It is
+  :data:`poolsim.testing.DEEP`, the profile users get from ``poolsim.testing`` too.
 
 Parallel runs (pytest-xdist, ``-n auto --dist loadfile`` from pyproject's ``addopts``): each worker is a
 process of its own, set up here before JAX, NumPy or torch start their thread pools:
@@ -84,15 +85,15 @@ def pytest_configure(config):
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return  # pytest-xdist's controller runs no test: JAX and hypothesis are set up in each worker
     import jax
-    from hypothesis import HealthCheck, settings
+    from hypothesis import settings
 
     # Statistical and cross-backend comparisons need float64 on the JAX side too.
     jax.config.update("jax_enable_x64", True)
+    import poolsim.testing  # registers the users' "deep" profile
+
     settings.register_profile("default", max_examples=100, derandomize=True, database=None,
                               deadline=None, print_blob=True)
-    settings.register_profile("deep", max_examples=100 * 50, derandomize=False, deadline=None,
-                              print_blob=True, suppress_health_check=[HealthCheck.too_slow])
-    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+    poolsim.testing.load_profile()  # HYPOTHESIS_PROFILE, else "default"
 
 
 @pytest.fixture

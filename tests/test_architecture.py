@@ -2,6 +2,7 @@
 every package, no private name imported across modules, and a CLI that answers ``--help`` without
 loading torch. Each check runs the real tool on the source tree; each has a case showing it can fail."""
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -177,6 +178,44 @@ def test_cli_help_answers_without_loading_torch(command, help_loaded):
     assert help_loaded[command] == []
 
 
+_MARKUP = re.compile(r"``|`[^`\s]+`|:(?:func|class|mod|meth|attr|data|obj|exc|ref):")
+
+
+def _help_texts() -> dict:
+    """``{command line: its --help text}`` of every CLI: ``python -m adsim`` and each of its commands,
+    ``python -m poolsim.figures`` and ``python -m poolsim.audit`` (argparse's own text, in this process)."""
+    import contextlib
+    import io
+
+    from adsim.cli.main import main as adsim_main
+    from poolsim.audit import main as audit_main
+    from poolsim.figures.__main__ import main as figures_main
+
+    def text(main, argv):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+            main([*argv, "--help"])
+        return out.getvalue()
+
+    texts = {"python -m adsim": text(adsim_main, [])}
+    commands = re.search(r"\{([\w,-]+)\}", texts["python -m adsim"]).group(1).split(",")
+    texts.update({f"python -m adsim {c}": text(adsim_main, [c]) for c in commands})
+    texts["python -m poolsim.figures"] = text(figures_main, [])
+    texts["python -m poolsim.audit"] = text(audit_main, [])
+    return texts
+
+
+def test_cli_help_is_plain_text():
+    """No reST or Markdown markup in any --help (argparse prints descriptions as they are): no ````code````,
+    no ```name```, no ``:func:`` roles."""
+    texts = _help_texts()
+    assert len(texts) >= 12 and all("usage: python -m" in t for t in texts.values())
+    marked = {cmd: _MARKUP.findall(t) for cmd, t in texts.items() if _MARKUP.search(t)}
+    assert marked == {}
+    assert not _MARKUP.search("plain --out DIR, it's (a) 'quoted' [x]")  # the pattern spares plain text ...
+    assert all(_MARKUP.search(t) for t in ("``x``", "`x`", ":func:`x`"))  # ... and catches markup
+
+
 # One fresh interpreter for three probes, in this order (each one's starting state is checked on the way):
 # ``import adsim`` loads neither torch nor JAX; ``adsim.Detector`` then loads torch (the probe can see a
 # heavy import); then the first import of the moved ``adsim.train`` warns and forwards.
@@ -224,3 +263,19 @@ def test_legacy_paths_forward_with_a_deprecation_warning(imports):
     assert "TRAIN_UNLOADED True" in imports, imports  # the first import of adsim.train is the one below
     assert "WARNED adsim.train moved to adsim.training.train" in imports, imports
     assert imports.strip().endswith("True True"), imports
+
+
+def test_public_modules_reexport_all_of_their_implementation():
+    """``poolsim.core``, ``poolsim.verdict`` and ``poolsim.cluster`` (importable by those paths, as the docs
+    name them) are the public faces of ``_core``, ``_verdict`` and ``_cluster``: the same ``__all__``, the very
+    same objects, and every public function or class the implementation defines is in it."""
+    import inspect
+
+    from poolsim import _cluster, _core, _verdict, cluster, core, verdict
+
+    for public, private in ((core, _core), (verdict, _verdict), (cluster, _cluster)):
+        assert public.__all__ == private.__all__, public.__name__
+        assert all(getattr(public, n) is getattr(private, n) for n in public.__all__), public.__name__
+        defined = {n for n, v in vars(private).items() if not n.startswith("_") and
+                   (inspect.isfunction(v) or inspect.isclass(v)) and v.__module__ == private.__name__}
+        assert defined <= set(private.__all__), (private.__name__, sorted(defined - set(private.__all__)))

@@ -75,7 +75,9 @@ def test_cli_passes_max_K_only_to_modules_that_take_it(tmp_path, fakes):
     assert fakes == {"big": {"max_K": 100}, "plain": {}}
     assert "--max-K 100" in (tmp_path / "summary.md").read_text()  # the run settings name it
     fakes.clear()
-    assert cli.main(["--out", str(tmp_path), "--only", "big", "--seeds", "2", "--format", "png"]) == 0
+    args = ["--out", str(tmp_path), "--only", "big", "--seeds", "2", "--format", "png"]
+    assert cli.main(args) == 1 and fakes == {}  # it would replace the --max-K results: stops before any work
+    assert cli.main([*args, "--overwrite"]) == 0
     assert fakes == {"big": {"max_K": None}}
     assert "--max-K" not in (tmp_path / "summary.md").read_text()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from poolsim import _phase, cluster
+from poolsim import _cluster, _phase, cluster
 
 pytest.importorskip("submitit", reason='the scheduler extra: pip install -e ".[cluster]"')
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def test_decision_map_job_names_are_stable_and_differ_between_grids(tmp_path, mo
         seen.append([j.name for j in jobs])
         raise RuntimeError("captured")
 
-    monkeypatch.setattr(cluster, "run_jobs", capture)
+    monkeypatch.setattr(_cluster, "run_jobs", capture)  # what _phase calls (poolsim.cluster re-exports it)
     spec = _phase.GridSpec("contaminated", (5, 10), (50,), (0.5, 1.0))
     res = cluster.Resources(executor="slurm", max_concurrent=2)
     for s, taus, seeds in ((spec, None, 40), (spec, None, 40), (spec, (0.5, 2.0), 40), (spec, None, np.arange(40, 80))):

@@ -93,6 +93,91 @@ def test_every_public_name_has_a_docstring():
     assert api.undocumented(collection) == []
 
 
+# a dotted poolsim/adsim name in prose or code: ``poolsim.core``, ``adsim.methods.registry.register_zero_shot``
+_DOTTED = re.compile(r"(?<![\w./-])((?:poolsim|adsim)(?:\.[A-Za-z_]\w*)+)")
+_FILE_SUFFIXES = {"md", "py", "txt", "json", "csv", "png", "toml", "yml"}
+
+
+def _documented_paths() -> dict:
+    """``{dotted name: [files naming it]}`` in README.md and docs/ (file names such as ``adsim.md`` and
+    mutmut's mutant names in docs/mutation.md left out: they are not Python paths)."""
+    found: dict = {}
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for name in _DOTTED.findall(path.read_text()):
+            if name.rsplit(".", 1)[1] not in _FILE_SUFFIXES and "__mutmut_" not in name:
+                found.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    return found
+
+
+def _resolve(name: str) -> str | None:
+    """None when ``name`` resolves as Python does and every module on its path imports under that path
+    (``import poolsim.core`` works, not only ``poolsim.core`` as an attribute); else what fails."""
+    import importlib
+    import types
+
+    parts = name.split(".")
+    obj = importlib.import_module(parts[0])
+    for i in range(1, len(parts)):
+        path = ".".join(parts[:i + 1])
+        if hasattr(obj, parts[i]):
+            obj = getattr(obj, parts[i])
+        else:
+            try:
+                obj = importlib.import_module(path)
+            except ImportError:
+                return f"{path} does not exist"
+        if isinstance(obj, types.ModuleType):
+            try:
+                imported = importlib.import_module(path)
+            except ImportError as err:
+                return f"import {path} fails ({err})"
+            if imported is not obj:
+                return f"import {path} gives {imported.__name__}, the attribute is {obj.__name__}"
+    return None
+
+
+def test_every_module_path_the_docs_name_imports():
+    """Every poolsim.X / adsim.X the README and the docs name resolves, and each module on its path imports
+    by that path: a reader's ``import poolsim.verdict`` works (an attribute alone is not enough)."""
+    pytest.importorskip("torch", reason="adsim's modules need the adsim extra")
+    names = _documented_paths()
+    assert {"poolsim.core", "poolsim.verdict", "poolsim.cluster", "poolsim.figures"} <= set(names)
+    broken = {n: f"{_resolve(n)} ({', '.join(sorted(set(names[n])))})" for n in names if _resolve(n)}
+    assert broken == {}
+    assert _resolve("poolsim._verdict.no_such_name") == "poolsim._verdict.no_such_name does not exist"
+
+
+def test_experiment_parameters_are_in_run_docstring_and_on_its_api_page():
+    """Each experiment's own parameters and the common ones, with their defaults and allowed values, are
+    in ``poolsim.experiments.run``'s docstring (generated from the registry at import) and in the docstring
+    the API page renders (the griffe extension reads the generated one)."""
+    import griffe
+
+    from poolsim import experiments
+
+    _public_api()  # puts the docs tools' griffe extension in sys.modules
+    loader = griffe.GriffeLoader(search_paths=[str(ROOT)], extensions=griffe.load_extensions(
+        sys.modules["griffe_docstrings"].ProjectDocstrings))
+    loader.load("poolsim")  # poolsim alone: what the site build loads for this page
+    page = loader.modules_collection.get_member("poolsim.experiments.run").docstring.value
+    for doc in (experiments.run.__doc__, page):
+        assert "<!-- generated" not in doc
+        for name, exp in [(None, None), *experiments.EXPERIMENTS.items()]:
+            section = experiments.parameter_table(name)
+            assert section in doc.replace("\n    ", "\n")  # run's own indentation aside
+            defaults = experiments.COMMON if exp is None else exp.defaults
+            params = experiments.COMMON_PARAMS if exp is None else exp.params
+            assert set(params) == set(defaults), name  # every parameter has its range and meaning
+            for key, value in defaults.items():
+                assert f"| `{key}` | `{value!r}` | " in section, (name, key)
+    asym = experiments.parameter_table("asymptotic")
+    assert "| `p` | `0.3` | [0, 1] |" in asym and "| `gamma` | `0.5` | [0, inf) |" in asym
+    with pytest.raises(ValueError, match=r"^p must be a finite number in \[0, 1\], got 1.5$"):
+        experiments.resolve("asymptotic", {"p": 1.5})
+    with pytest.raises(ValueError, match=r"^p must be a finite number in \[0, 1\], got -0.1$"):
+        experiments.resolve("asymptotic", {"p": -0.1})
+
+
 def test_undocumented_names_are_found(tmp_path):
     """The docstring check sees a missing docstring: a function, a constant and a lazy (lazy_loader) export."""
     pytest.importorskip("lazy_loader")

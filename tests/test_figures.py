@@ -247,7 +247,7 @@ def test_failure_midway_leaves_out_untouched(tmp_path, monkeypatch, capsys):
     mods["second"] = _fake("second", False)
     assert cli.main(["--out", str(out), "--format", "png"]) == 0
     assert {p.name for p in out.iterdir()} == {"keep.txt", "summary.md", "first.csv", "first.png",
-                                               "second.csv", "second.png", "verdicts.csv"}
+                                               "second.csv", "second.png", "verdicts.csv", "settings.json"}
 
 
 def test_background_figure_errors_surface_and_a_failure_stops_it(tmp_path, monkeypatch, capsys):
@@ -327,7 +327,7 @@ def test_a_rerun_that_changes_nothing_rewrites_nothing(tmp_path, monkeypatch):
     args = ["--out", str(out), "--format", "png,pdf,svg", "--seeds", "40"]
     assert cli.main(args) == 0
     first = state()
-    assert len(first) == 10  # two figures x (csv, png, pdf, svg), verdicts.csv, summary.md
+    assert len(first) == 11  # two figures x (csv, png, pdf, svg), verdicts.csv, summary.md, settings.json
     time.sleep(0.01)  # a rewrite would show in the modification time
     assert cli.main([*args[:-1], "40"]) == 0
     assert state() == first

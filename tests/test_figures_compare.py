@@ -2,6 +2,7 @@
 the CLI keeping files whose numbers only carry float noise while a real change rewrites them, and
 ``--check`` failing on an altered verdict. The fast tests use fake figures (no JAX); the slow one
 runs a real figure natively and under XLA limited to SSE4.2 (float32 sums in another order)."""
+import json
 import os
 import re
 import shutil
@@ -211,3 +212,99 @@ def test_check_reads_the_committed_sweep_for_the_robustness_column(tmp_path, fak
     monkeypatch.setattr(_claims, "read_sweep", lambda *folders: seen.append(folders) or real(*folders))
     assert cli.main(["--check", "--out", str(out), "--seeds", "40"]) == 0
     assert len(seen) == 1 and seen[0][-1] == out.resolve(), seen
+
+
+def _counting(fakes):
+    """Wrap every fake figure's ``compute`` to count its calls: a refused run computes nothing."""
+    calls = []
+    for name, mod in fakes.items():
+        def compute(*, _inner=mod.compute, _name=name, **kw):
+            calls.append(_name)
+            return _inner(**kw)
+        fakes[name] = types.SimpleNamespace(**{**vars(mod), "compute": compute})
+    return calls
+
+
+def _errors(capsys):
+    return [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+
+
+def test_a_smaller_or_other_run_stops_before_any_work_and_says_where_to_write(tmp_path, fakes, capsys):
+    """Results made with 40 seeds are not replaced by a --quick, a smaller or a larger run: one line naming the
+    figures, their settings, this run's and the way out (--out, --check, --overwrite); nothing computed,
+    nothing written. The same settings rerun as before (nothing changes)."""
+    out = tmp_path / "out"
+    base = ["--out", str(out), "--format", "png"]
+    assert cli.main([*base, "--seeds", "40"]) == 0
+    assert json.loads((out / "settings.json").read_text()) == {
+        name: {"seeds": 40, "quick": False, "max_K": None} for name in ("first", "second")}
+    before = _state(out)
+    calls = _counting(fakes)
+    tail = ("write elsewhere with --out DIR, compare without writing with --check, or replace {} on purpose with "
+            "--overwrite")
+    for extra, names, how in ((["--seeds", "40", "--quick"], "first, second", "--quick (3 seeds)"),
+                              (["--quick"], "first, second", "--quick (3 seeds)"),
+                              (["--seeds", "20"], "first, second", "20 seeds"),
+                              (["--seeds", "80"], "first, second", "80 seeds"),
+                              (["--only", "second", "--paper-seeds"], "second", "10 seeds")):
+        capsys.readouterr()
+        assert cli.main([*base, *extra]) == 1
+        it = "them" if "," in names else "it"
+        assert _errors(capsys) == [f"poolsim.figures: error: {out / 'settings.json'} records {names} made with "
+                                   f"40 seeds; this run would replace {it} with {how}: " + tail.format(it)]
+        assert _state(out) == before
+    assert calls == []
+    assert cli.main([*base, "--seeds", "40"]) == 0  # the recorded settings: a rerun, nothing rewritten
+    assert _state(out) == before and sorted(calls) == ["first", "second"]
+    # nor by one figure of it (summary.md's "Run settings" line would name an --only run: it is kept)
+    assert cli.main([*base, "--seeds", "40", "--only", "second"]) == 0
+    assert _state(out) == before
+
+
+def test_overwrite_replaces_on_purpose_and_says_so_quick_results_are_not_protected(tmp_path, fakes, capsys):
+    out = tmp_path / "out"
+    base = ["--out", str(out), "--format", "png"]
+    assert cli.main([*base, "--seeds", "40"]) == 0
+    capsys.readouterr()
+    assert cli.main([*base, "--seeds", "20", "--only", "second", "--overwrite"]) == 0
+    assert "; --overwrite replaced the results of second made with 40 seeds" in capsys.readouterr().err
+    assert json.loads((out / "settings.json").read_text()) == {  # the other figure's entry is kept
+        "first": {"seeds": 40, "quick": False, "max_K": None}, "second": {"seeds": 20, "quick": False, "max_K": None}}
+    assert pd.read_csv(out / "second.csv")["n_seeds"].tolist() == [20]
+    # a --quick run's results are a smoke test: a real run replaces them without --overwrite
+    smoke = tmp_path / "smoke"
+    assert cli.main(["--out", str(smoke), "--format", "png", "--quick"]) == 0
+    assert json.loads((smoke / "settings.json").read_text())["first"] == {"seeds": 3, "quick": True, "max_K": None}
+    assert cli.main(["--out", str(smoke), "--format", "png", "--seeds", "40"]) == 0
+    assert json.loads((smoke / "settings.json").read_text())["first"]["seeds"] == 40
+
+
+def test_check_notes_that_a_smaller_run_differs_by_design(tmp_path, fakes, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["--out", str(out), "--format", "png", "--seeds", "40"]) == 0
+    before = _state(out)
+    capsys.readouterr()
+    assert cli.main(["--check", "--out", str(out), "--seeds", "30"]) == 1
+    err = capsys.readouterr().err
+    assert (f"poolsim.figures --check: note: {out.resolve() / 'settings.json'} records first, second made with "
+            f"40 seeds; this run uses 30 seeds, so its numbers differ by design") in err
+    assert _state(out) == before
+
+
+def test_committed_settings_match_the_committed_numbers():
+    """figures/settings.json (read, never written here) has an entry for every committed figure, each the
+    default run's settings; each CSV's seed count is those seeds, capped by the figure's MAX_SEEDS."""
+    from pathlib import Path
+
+    from poolsim.figures import FIGURES, _settings, available, load
+
+    figures = Path(__file__).resolve().parents[1] / "figures"
+    recorded = _settings.read(figures)
+    made = [n for n in available() if (figures / f"{n}.csv").is_file()]
+    assert sorted(recorded) == sorted(made) and set(FIGURES) <= set(made)
+    for name in made:
+        mod = load(name)
+        assert recorded[name] == _settings.of(mod, cli.DEFAULT_SEEDS, False, None), name
+        n = pd.read_csv(figures / f"{name}.csv", usecols=["n_seeds"])["n_seeds"].max()
+        assert n == min(recorded[name]["seeds"], getattr(mod, "MAX_SEEDS", recorded[name]["seeds"])), name
+    assert (figures / "settings.json").read_text() == _settings.render(recorded, available())  # as a run writes it

@@ -59,3 +59,21 @@ def test_docs_say_how_to_run_the_deep_profile():
             "tests/test_multimodal.py") in testing
     assert "(mutation.md)" in testing
     assert "mutmut run --max-children 1" in (docs / "mutation.md").read_text()
+
+
+def test_users_get_the_deep_profile_from_poolsim_testing(monkeypatch):
+    """The profile poolsim.testing.examples' docstring recommends exists for users, not only in this suite's
+    conftest: registered by ``import poolsim.testing``, chosen with HYPOTHESIS_PROFILE through load_profile."""
+    from poolsim import testing
+
+    assert "tests/conftest.py" not in testing.examples.__doc__
+    before = settings.get_current_profile_name()
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", testing.DEEP)
+    try:
+        assert testing.load_profile() == "deep"
+        assert settings().max_examples == 5000 and not settings().derandomize
+    finally:
+        settings.load_profile(before)
+    with pytest.raises(ValueError, match="hypothesis profile 'nope' is not registered"):
+        testing.load_profile("nope")
+    assert settings.get_current_profile_name() == before

@@ -16,15 +16,20 @@ from pathlib import Path
 from adsim.cli import cluster as cluster_cli
 from adsim.cli import protocol as protocol_cli
 from adsim.config import recipes
-from adsim.config.choices import BACKBONES, COMPILE_CHOICES, DEFAULT_COMPILE, METRICS, SCORES, ZERO_SHOT_METHODS
+from adsim.config.choices import (BACKBONES, COMPILE_CHOICES, DEFAULT_COMPILE, METRICS, SCORES, ZERO_SHOT_METHODS,
+                                  require_weights)
 from adsim.config.run import config_from_recipe
 from adsim.data.domains import DOMAINS
 
 SLICE_AXES = ("axial", "coronal", "sagittal", "0", "1", "2")  # adsim.data.medical.resolve_axis
+DESCRIPTION = ("Zero-shot medical anomaly detection on a frozen CLIP ViT: make a toy data set, train, evaluate, "
+               "score your own images, DICOM or NIfTI, and run the paper's grids. Nothing is downloaded: "
+               "--checkpoint PATH loads local weights. python -m adsim COMMAND --help describes each command.")
+"""``python -m adsim --help``'s description: plain text (argparse prints it as it is)."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m adsim", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m adsim", description=DESCRIPTION)
     sub = p.add_subparsers(dest="command", required=True)
 
     toy = sub.add_parser("make-toy-bmad", help="write a small SIMULATED BMAD-layout data set")
@@ -48,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="local weights: an open_clip state dict or .safetensors file (read without running "
                          "code), or OpenAI's TorchScript file, e.g. ViT-L-14-336px.pt -- TorchScript is loaded "
                          "with torch.jit.load, which is only as safe as the file: use it only from a source you "
-                         "trust (none: random weights, warned)")
+                         "trust (none: --random-weights or --backbone tiny)")
+    _random_weights_arg(tr)
     tr.add_argument("--image-size", type=int, default=None)
     tr.add_argument("--quick-gelu", action=argparse.BooleanOptionalAction, default=None,
                     help="QuickGELU (the OpenAI weights' own activation) or exact GELU in both CLIP towers "
@@ -105,8 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", default=None, help="with --zero-shot: the folder for metrics.json and overlays/")
     ev.add_argument("--checkpoint", default=None,
                     help="with --run: auto|last|best (default auto); with --zero-shot: local backbone weights "
-                         "(none: random, warned)")
+                         "(none: --random-weights or --backbone tiny)")
     ev.add_argument("--backbone", default="ViT-L-14-336", help=f"with --zero-shot: one of {tuple(BACKBONES)}")
+    _random_weights_arg(ev, "with --zero-shot: ")
     ev.add_argument("--image-size", type=int, default=None, help="with --zero-shot")
     ev.add_argument("--smooth-sigma", type=float, default=None, help="default: the run's recipe (smooth_sigma)")
     ev.add_argument("--score", default=None, choices=SCORES,
@@ -134,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--checkpoint", default=None,
                     help="with --run: auto|last|best (default auto); with --zero-shot: local backbone weights")
     pr.add_argument("--backbone", default="ViT-L-14-336", help=f"with --zero-shot: one of {tuple(BACKBONES)}")
+    _random_weights_arg(pr, "with --zero-shot: ")
     pr.add_argument("--image-size", type=int, default=None, help="with --zero-shot")
     pr.add_argument("--batch-size", type=int, default=16)
     pr.add_argument("--device", default="auto")
@@ -164,7 +172,8 @@ def _table_parser(sub) -> None:
     tb = sub.add_parser("table", help="Table 1 grid: every target x method x shots (resumable per cell), "
                         "OUT/table.csv and OUT/table.md with the paper's numbers in separate columns")
     tb.add_argument("--data", required=True, help="BMAD in the MVFA layout")
-    tb.add_argument("--checkpoint", default=None, help="local open_clip weights (none: random, AUCs meaningless)")
+    tb.add_argument("--checkpoint", default=None,
+                    help="local open_clip weights (none: --random-weights or --backbone tiny)")
     tb.add_argument("--methods", nargs="+", required=True,
                     help=f"training-free {ZERO_SHOT_METHODS} and/or trained: recipes {recipes.names()} or methods "
                          f"{recipes.CHOICES['method']} of --recipe, trained once per target (leave-one-out)")
@@ -173,6 +182,7 @@ def _table_parser(sub) -> None:
     tb.add_argument("--shot-seed", type=int, default=0, help="seed of the draw of the k normal shot images")
     tb.add_argument("--targets", nargs="+", default=None, help=f"default: all of {DOMAINS}")
     tb.add_argument("--backbone", default="ViT-L-14-336", help=f"one of {tuple(BACKBONES)}")
+    _random_weights_arg(tb)
     tb.add_argument("--epochs", type=int, default=None, help="trained methods (default: the recipe's)")
     tb.add_argument("--recipe", default="clean", help=f"one of {recipes.names()}: the trained methods' recipe")
     tb.add_argument("--seed", type=int, default=0)
@@ -180,6 +190,29 @@ def _table_parser(sub) -> None:
     tb.add_argument("--device", default="auto")
     tb.add_argument("--no-progress", dest="progress", action="store_false")
     cluster_cli.add_args(tb)
+
+
+def _random_weights_arg(p, when: str = "") -> None:
+    p.add_argument("--random-weights", action="store_true",
+                   help=f"{when}without --checkpoint, build the backbone with RANDOM weights anyway (tests, timing: "
+                        f"the scores are meaningless); without this flag such a command stops at once, naming "
+                        f"--checkpoint. --backbone tiny (the small test backbone) is random without asking")
+
+
+def _check_weights(args) -> None:
+    """Before any work: a backbone this command builds without ``--checkpoint`` needs ``--random-weights``
+    (``adsim.config.choices.require_weights``), and ``--random-weights`` needs a backbone to build."""
+    if not hasattr(args, "random_weights"):
+        return
+    builds = {"train": True, "table": True, "protocol": not getattr(args, "simulate", False),
+              "eval": args.command == "eval" and args.zero_shot is not None,
+              "predict": args.command == "predict" and args.zero_shot is not None}[args.command]
+    if builds:
+        require_weights(args.backbone, args.checkpoint, args.random_weights, cli=True)
+    elif args.random_weights:
+        raise ValueError("--random-weights goes with " + ("--data (the simulator builds no backbone)"
+                                                           if args.command == "protocol" else
+                                                           "--zero-shot (a run folder fixes its own weights)"))
 
 
 def _wait_arg(p) -> None:
@@ -286,7 +319,7 @@ def _predict(args) -> str:
         det = Detector.from_run(args.run, checkpoint=args.checkpoint or "auto", device=args.device)
     else:
         det = Detector.zero_shot(args.zero_shot, backbone=args.backbone, checkpoint=args.checkpoint,
-                                 image_size=args.image_size, device=args.device)
+                                 image_size=args.image_size, device=args.device, random_weights=args.random_weights)
     out = Path(args.out)
     images = args.images
     if args.shots or args.normals:
@@ -334,7 +367,8 @@ def _eval(args) -> dict:
         return evaluate_zero_shot(args.zero_shot, args.data, args.target, args.out, backbone=args.backbone,
                                   checkpoint=args.checkpoint, image_size=args.image_size, smooth_sigma=sigma,
                                   batch_size=args.batch_size, device=args.device, progress=args.progress,
-                                  overlays=args.overlays, shots=args.shots, shot_seed=args.shot_seed)
+                                  overlays=args.overlays, shots=args.shots, shot_seed=args.shot_seed,
+                                  random_weights=args.random_weights)
     if args.out is not None or args.backbone != "ViT-L-14-336" or args.image_size is not None:
         raise ValueError("--out, --backbone and --image-size go with --zero-shot; a run folder fixes its own and "
                          "gets metrics.json")
@@ -405,6 +439,11 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "make-toy-bmad":
         return _make_toy(args)
+    try:
+        _check_weights(args)  # before any work, before torch loads: a random backbone must be asked for
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     with warnings.catch_warnings():
         warnings.showwarning = _random_weights_once(warnings.showwarning)
         warnings.filterwarnings("once", message=r"backbone \S+ has RANDOM weights", category=UserWarning)
@@ -439,7 +478,8 @@ def _command(args) -> int:
                              recipe=args.recipe, backbone=args.backbone, checkpoint=args.checkpoint,
                              epochs=args.epochs, seed=args.seed, shot_seed=args.shot_seed, device=args.device,
                              batch_size=args.batch_size, progress=args.progress,
-                             resources=cluster_cli.resources(args), wait=args.wait)
+                             resources=cluster_cli.resources(args), wait=args.wait,
+                             random_weights=args.random_weights)
             if done["pending"]:
                 print(f"submitted {len(done['pending'])} jobs, {len(done['skipped'])} cells already done; re-run "
                       "the same command to collect them")

@@ -47,6 +47,10 @@ def add_parsers(sub) -> None:
     _common(pr)
     pr.add_argument("--backbone", default="ViT-L-14-336", help="real data: backbone (tiny for tests)")
     pr.add_argument("--checkpoint", default=None, help="real data: local open_clip weights")
+    pr.add_argument("--random-weights", action="store_true",
+                    help="real data without --checkpoint: build the backbone with RANDOM weights anyway (tests, "
+                         "timing: the AUCs are meaningless); without this flag such a run stops at once. "
+                         "--backbone tiny is random without asking")
     pr.add_argument("--image-size", type=int, default=None)
     cluster_cli.add_args(pr)
 

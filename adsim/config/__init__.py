@@ -9,7 +9,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     submod_attrs={
         'recipes': ['CHOICES', 'FIELDS', 'RECIPES', 'Recipe'],
         'run': ['TrainConfig', 'config_from_recipe', 'recipe_of', 'train_domains_of', 'validate'],
-        'choices': ['BACKBONES', 'COMPILE_CHOICES', 'DEFAULT_COMPILE', 'DEFAULT_SCORE', 'METRICS', 'MODES', 'SCORES', 'ZERO_SHOT_METHODS'],
+        'choices': ['BACKBONES', 'TEST_BACKBONE', 'require_weights', 'COMPILE_CHOICES', 'DEFAULT_COMPILE', 'DEFAULT_SCORE', 'METRICS', 'MODES', 'SCORES', 'ZERO_SHOT_METHODS'],
         'prompts': ['PROMPT_SETS', 'prompt_ensemble', 'prompt_texts'],
     },
 )

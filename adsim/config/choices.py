@@ -16,6 +16,24 @@ BACKBONES = {
     "ViT-L-14-336": ("ViT-L-14-336", 238),
 }
 """``--backbone`` names -> ``(open_clip config name, default image size in pixels)``."""
+TEST_BACKBONE = "tiny"
+"""The small backbone of the tests: random weights by design, so it needs no ``--random-weights``."""
+
+
+def require_weights(backbone: str, checkpoint, random_weights: bool, *, cli: bool = False) -> None:
+    """Refuse a backbone that would get random weights unless that is asked for: ``ValueError`` when
+    ``checkpoint`` is ``None`` for a known backbone other than :data:`TEST_BACKBONE` and ``random_weights``
+    is false, and when both a checkpoint and ``random_weights`` are given. One line naming the way out,
+    in the CLI's words (``--checkpoint``, ``--random-weights``) with ``cli=True``, else the Python API's
+    (``checkpoint=``, ``random_weights=True``). An unknown ``backbone`` is left to the builder's own check."""
+    ckpt, rand, tiny = (("--checkpoint", "--random-weights", f"--backbone {TEST_BACKBONE}") if cli else
+                        ("checkpoint=", "random_weights=True", f"backbone={TEST_BACKBONE!r}"))
+    if checkpoint is not None and random_weights:
+        raise ValueError(f"{ckpt.rstrip('=')} loads weights and {rand} asks for random ones: give one of them")
+    if checkpoint is None and not random_weights and backbone in BACKBONES and backbone != TEST_BACKBONE:
+        raise ValueError(f"backbone {backbone} without {ckpt.rstrip('=')} would have RANDOM weights and meaningless "
+                         f"scores: give {ckpt}{' ' if cli else ''}PATH (local weights, e.g. ViT-L-14-336px.pt), "
+                         f"or {rand} for a test or timing run ({tiny} is the small random test backbone)")
 # image score / pixel map of the adapter head (adsim.model.head explains each)
 SCORES = ("logit_max", "logit_mean", "authors_prob_mean")
 """How the adapter head turns patch logits into an image score (``--score``; ``adsim.model.head.image_scores``)."""

@@ -77,13 +77,13 @@ def evaluate(run, data, target: str | None = None, *, checkpoint: str = "auto", 
 def evaluate_zero_shot(method: str, data, target: str, out, *, backbone: str = "ViT-L-14-336",
                        checkpoint: str | None = None, image_size: int | None = None, smooth_sigma: float = 4.0,
                        batch_size: int = 16, device: str = "auto", progress: bool = True, overlays: int = 0,
-                       shots: int = 0, shot_seed: int = 0, seed: int = 0) -> dict:
+                       shots: int = 0, shot_seed: int = 0, seed: int = 0, random_weights: bool = False) -> dict:
     """:func:`evaluate` for a training-free method of ``adsim.methods.catalog`` (``Detector.zero_shot``
-    on ``backbone`` with local ``checkpoint`` weights): the same metrics, shots and overlays, written to
-    ``OUT/metrics.json`` (and ``OUT/overlays/``)."""
+    on ``backbone`` with local ``checkpoint`` weights, or random ones with ``random_weights=True`` as
+    there): the same metrics, shots and overlays, written to ``OUT/metrics.json`` (and ``OUT/overlays/``)."""
     _check_options(smooth_sigma, overlays)
     detector = Detector.zero_shot(method, backbone=backbone, checkpoint=checkpoint, image_size=image_size,
-                                  device=device, seed=seed)
+                                  device=device, seed=seed, random_weights=random_weights)
     spec = detector.info["backbone"]
     record = {"method": method, "zero_shot_method": method, "backbone": backbone, "checkpoint": checkpoint,
               "image_size": spec.image_size, "seed": seed, "pretrained": spec.pretrained, "zero_shot": True}

@@ -32,6 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from adsim.config import recipes
+from adsim.config.choices import require_weights
 from adsim.config.run import config_from_recipe
 from adsim.data import bmad, reference
 from adsim.data.domains import DOMAINS, MASKED, TASKS, canonical_domain
@@ -108,7 +109,8 @@ def _detector(out, data, target, method, opts):
 
     if method_kind(method, opts["recipe"]) == "zero_shot":
         return Detector.zero_shot(method, backbone=opts["backbone"], checkpoint=opts["checkpoint"],
-                                  device=opts["device"], seed=opts["seed"])
+                                  device=opts["device"], seed=opts["seed"],
+                                  random_weights=opts["checkpoint"] is None)  # asked for: run() checked it
     run = train_run(out, data, target, method, recipe=opts["recipe"], backbone=opts["backbone"],
                     checkpoint=opts["checkpoint"], epochs=opts["epochs"], seed=opts["seed"],
                     device=opts["device"], progress=opts["progress"])
@@ -203,15 +205,20 @@ def write_outputs(out, targets, methods, shots, record: dict) -> pd.DataFrame:
 def run(out, data, *, methods, targets=None, shots=(0,), recipe: str = "clean", backbone: str = "ViT-L-14-336",
         checkpoint=None, epochs=None, seed: int = 0, shot_seed: int = 0, device: str = "auto",
         batch_size: int = 16, progress: bool = True, resources: cluster.Resources | None = None,
-        wait: bool = False) -> dict:
+        wait: bool = False, random_weights: bool = False) -> dict:
     """Compute every missing cell and write the table. Returns ``{"computed": [...], "skipped": [...],
     "pending": [...]}``.
+
+    Without ``checkpoint`` the backbone's weights are random and every AUC meaningless: that needs
+    ``random_weights=True`` (or ``backbone="tiny"``), else ``ValueError`` before any work
+    (``adsim.config.choices.require_weights``; the table then says so in its header).
 
     ``resources`` (:class:`poolsim.cluster.Resources`, default ``executor="local"``): ``local`` computes
     the cells one after another in this process; ``processes`` / ``slurm`` make each (target, method) with
     missing cells one job -- its training run (resumed from its checkpoint when resubmitted) and its k
     evaluations -- and write the same ``table.csv`` from the cell files. The output folder is locked for
     the run (:func:`poolsim.io.folder_lock`; ``wait``: wait for another driver instead of failing)."""
+    require_weights(backbone, checkpoint, random_weights)
     targets, methods, shots = check_request(targets, methods, shots, recipe)
     recipes.get(recipe)
     for t in targets:  # bad data fail now, not hours into the grid

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from adsim.config.choices import require_weights
 from adsim.config.run import ADDED_FIELDS, TrainConfig, validate
 from adsim.data import bmad
 from adsim.data.images import image_items
@@ -257,9 +258,14 @@ class Detector:
     @classmethod
     def zero_shot(cls, method: str = "winclip", *, backbone: str = "ViT-L-14-336", checkpoint: str | None = None,
                   image_size: int | None = None, device: str = "auto", seed: int = 0, precision: str = "auto",
-                  **options):
-        """A training-free method of ``adsim.methods.catalog`` on a frozen backbone (local
-        ``checkpoint`` weights; none = random, warned). ``options`` go to the method's builder."""
+                  random_weights: bool = False, **options):
+        """A training-free method of ``adsim.methods.catalog`` on a frozen backbone with local ``checkpoint``
+        weights. Without a checkpoint the backbone's weights are random and its scores meaningless, so that
+        has to be asked for: ``random_weights=True`` (tests, timing; still warned with
+        ``RandomWeightsWarning``), or ``backbone="tiny"``, the small test backbone, random by design;
+        otherwise ``ValueError`` naming ``checkpoint=``, before anything is built. ``options`` go to the
+        method's builder."""
+        require_weights(backbone, checkpoint, random_weights)
         build = catalog.zero_shot(method)
         dev = resolve_device(device)
         bb = build_backbone(backbone, image_size=image_size, checkpoint=checkpoint, seed=seed, device=dev)

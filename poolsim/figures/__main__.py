@@ -1,5 +1,5 @@
 """Command line: ``python -m poolsim.figures [--out DIR] [--seeds S | --paper-seeds]
-[--only NAME ... | --all] [--quick] [--check] [--max-K N] [--format png,pdf]``.
+[--only NAME ... | --all] [--quick] [--check] [--overwrite] [--max-K N] [--format png,pdf]``.
 
 The default run makes the figures of ``FIGURES``; the optional ones (``OPTIONAL``: the ``phase``
 decision map, ~2 min of Monte Carlo) only with ``--only NAME`` or ``--all``.
@@ -19,6 +19,12 @@ another CPU; :mod:`poolsim.figures._compare`) is drawn and summarised from the n
 files are kept, so ``git status`` stays clean after the default run on any x86-64 CPU; a real change
 rewrites the files it changes. ``--check`` reruns into a scratch folder and compares with DIR instead
 (one table per figure, exit status 1 naming the figure and claim of every difference).
+
+Results are only replaced by results of the same size: ``settings.json`` in DIR records the settings each
+figure was made with (seeds, ``--quick``, ``--max-K``; :mod:`poolsim.figures._settings`), and a run whose
+settings for a figure differ (a ``--quick`` smoke run, fewer or more seeds, another ``--max-K``) stops
+before any work with one line naming the figures and where to write instead (``--out DIR``), unless
+``--overwrite`` says that replacing them is meant. Results of a ``--quick`` run are never protected.
 
 ``--max-K N`` (figure ``asymptotic``; figures whose ``compute`` takes ``max_K``) runs K beyond the
 paper's 50 up to N, with Thm 1's K -> infinity limits overlaid (docs/tutorials/reproduce-a-figure.md).
@@ -97,6 +103,10 @@ def _parser(names) -> argparse.ArgumentParser:
                         "figures/ by default), which stay untouched: one table per figure (largest "
                         "difference in interval half-widths, verdicts); exit 1 naming the figure and "
                         "claim when a verdict differs or a number is out of tolerance")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace results in --out that were made with other settings (its settings.json: "
+                        "seeds, --quick, --max-K); without it such a run stops before any work, naming the "
+                        "figures and where to write instead")
     p.add_argument("--max-K", type=int, default=None, metavar="N", dest="max_K",
                    help="asymptotic: also K = 100, 200, 500, ... up to N (and N itself), on exact "
                         "sufficient statistics, with Thm 1's K -> infinity limits overlaid (default: "
@@ -164,7 +174,7 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
     import pandas as pd
     from tqdm import tqdm
 
-    from . import _claims, _data, _renders, load
+    from . import _claims, _data, _renders, _settings, available, load
 
     modules = [load(n) for n in names]
     S = _data.n_seeds(seeds, quick)
@@ -229,8 +239,16 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
             table, sections = _merge(out, names, table, sections)
         table = _claims.annotate(_data.with_holm(table), _claims.read_sweep(tmp, sweep_from or out))
         table.to_csv(tmp / "verdicts.csv", index=False)
+        made = {n: _settings.of(m, seeds, quick, max_K) for n, m in zip(names, modules)}
+        kept = {n: v for n, v in _settings.read(out).items() if n not in names and n in available()} if keep else {}
+        (tmp / _settings.FILE).write_text(_settings.render({**kept, **made}, available()))
         (tmp / "summary.md").write_text(_summary(names, seeds, S, quick, paper, sections, table, max_K))
-        for f in sorted(tmp.iterdir()):
+        # summary.md last: when no other file changed and the summary differs only in its "Run settings"
+        # line, the run reproduced every number it made and that line still names the run that made them
+        # (an --only run, or another JAX version, would otherwise rewrite that line alone)
+        for f in sorted(tmp.iterdir(), key=lambda f: (f.name == "summary.md", f.name)):
+            if f.name == "summary.md" and not written and _same_but_run_line(f, out / f.name):
+                continue
             if _same_bytes(f, out / f.name) or (f.suffix == ".csv" and _equivalent(f, out / f.name)):
                 continue  # a rerun that changes nothing (beyond float noise) rewrites nothing
             os.chmod(f, mode)
@@ -318,6 +336,16 @@ def _merge(out: Path, names, table, sections):
     order = {n: i for i, n in enumerate(available())}
     table = table.sort_values("figure", key=lambda c: c.map(order), kind="stable")
     return table.reset_index(drop=True), merged
+
+
+def _same_but_run_line(new: Path, old: Path) -> bool:
+    """``old`` exists and equals ``new`` but for the header line naming the run's settings."""
+    if not old.is_file():
+        return False
+
+    def rest(path):
+        return [ln for ln in path.read_text(encoding="utf-8").splitlines() if "Run settings: `" not in ln]
+    return rest(new) == rest(old)
 
 
 def _same_bytes(new: Path, old: Path) -> bool:
@@ -437,6 +465,7 @@ def main(argv=None) -> int:
                         resources=None if res.executor == "local" else res, max_K=args.max_K)
         if args.check:
             return _check(names, args, settings)
+        replaced = _replacing(args.out, names, settings, args.overwrite)  # before any work
         out = _check_out(args.out)
         _configure_xla()
         jobs_dir = (args.jobs_dir or out / JOBS_DIR).expanduser().resolve()
@@ -451,8 +480,44 @@ def main(argv=None) -> int:
     print(f"made {len(names)} figure(s) in {out}: "
           + (f"wrote {', '.join(done.files)}" if done.files else "no file changed")
           + (f"; kept {', '.join(done.reproduced)}: reproduced within tolerance, not bit for bit "
-             f"(docs/getting-started.md, 'Reproduced or changed')" if done.reproduced else ""), file=sys.stderr)
+             f"(docs/getting-started.md, 'Reproduced or changed')" if done.reproduced else "")
+          + (f"; --overwrite replaced the results of {_listed(replaced)}" if replaced else ""), file=sys.stderr)
     return 0
+
+
+def _planned(names, settings) -> dict:
+    """``{figure: settings.json entry}`` of a run with ``settings`` (:func:`main`'s dict)."""
+    from . import _settings, load
+
+    return {n: _settings.of(load(n), settings["seeds"], settings["quick"], settings["max_K"]) for n in names}
+
+
+def _listed(pairs) -> str:
+    """``asymptotic, symmetric made with 1000 seeds; phase made with --quick (3 seeds)`` for
+    ``[(figure, settings)]``."""
+    from . import _settings
+
+    groups: dict = {}
+    for n, s in pairs:
+        groups.setdefault(_settings.describe(s), []).append(n)
+    return "; ".join(f"{', '.join(ns)} made with {how}" for how, ns in groups.items())
+
+
+def _replacing(out_arg: Path, names, settings, overwrite: bool) -> list:
+    """The figures whose results in ``--out`` this run would replace with results made with other settings
+    (``[(figure, recorded settings)]``; :func:`poolsim.figures._settings.conflicts`). Without ``overwrite``
+    any such figure is a ValueError: one line naming them, this run's settings and where to write instead."""
+    from . import _settings
+
+    folder = out_arg.expanduser().resolve()
+    planned = _planned(names, settings)
+    bad = _settings.conflicts(_settings.read(folder) if folder.is_dir() else {}, planned)
+    if bad and not overwrite:
+        it = "it" if len(bad) == 1 else "them"
+        raise ValueError(f"{out_arg / _settings.FILE} records {_listed(bad)}; this run would replace {it} "
+                         f"with {_settings.describe(planned[bad[0][0]])}: write elsewhere with --out DIR, "
+                         f"compare without writing with --check, or replace {it} on purpose with --overwrite")
+    return bad
 
 
 def _check(names, args, settings) -> int:
@@ -463,6 +528,13 @@ def _check(names, args, settings) -> int:
     committed = args.out.expanduser().resolve()
     if not committed.is_dir():
         raise ValueError(f"--check compares with --out {committed}, which is not a folder")
+    from . import _settings
+
+    other = _settings.conflicts(_settings.read(committed), _planned(names, settings))
+    if other:  # not an error: a smaller run may be checked on purpose, but its numbers differ by design
+        print(f"poolsim.figures --check: note: {committed / _settings.FILE} records {_listed(other)}; this "
+              f"run uses {_settings.describe(_planned(names, settings)[other[0][0]])}, so its numbers differ by "
+              f"design", file=sys.stderr)
     _configure_xla()
     scratch = Path(tempfile.mkdtemp(prefix="poolsim-figures-check-"))
     try:
