@@ -229,13 +229,13 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
 
     if worst[best] <= UNDECIDED_REGRET:
         strategy = estimator
-        reason = (f"{'matching at tau = %.4g' % tau if best else 'pooling'} is within "
+        reason = (f"SIMULATED: {'matching at tau = %.4g' % tau if best else 'pooling'} is within "
                   f"{100 * (worst[best] - 1):.0f}% of the best estimator in every plausible world "
                   f"({len(worlds)}: {', '.join(w.name for w in worlds)})")
     else:
         strategy = "undecided"
         wants = "; ".join(f"{r.name} (outlier share {r.share:.2f}) wants {r.best}" for r in results)
-        reason = (f"the data fit laws that want different estimators ({wants}); no estimator is within "
+        reason = (f"SIMULATED: the data fit laws that want different estimators ({wants}); no estimator is within "
                   f"{100 * (UNDECIDED_REGRET - 1):.0f}% of the best in all of them, so the estimate is the one "
                   f"with the smallest worst-case regret ({worst[best]:.2f}). More domains (K) would decide "
                   f"between the fits, as would knowing which domains are off target")
