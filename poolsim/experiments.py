@@ -15,8 +15,11 @@ Common parameters (all experiments):
 * ``materialize=True`` draws every sample (paper-faithful sample-median init); ``False`` uses exact
   sufficient statistics and the median of domain means (fast, cost flat in n; see ``_engine``);
 * ``dtype="float32"`` or ``"float64"``; ``chunk`` seeds per device call at most; ``metadist``
-  overrides the experiment's meta-distribution (any :class:`poolsim.metadist.MetaDist` of
-  dimension d).
+  replaces the experiment's meta-distribution (any :class:`poolsim.metadist.MetaDist` of
+  dimension d, e.g. from :func:`poolsim.metadist.from_callable`; eps is then measured from its
+  ``mu_star``). The parameters of the meta-distribution it replaces (``EXPERIMENTS[name].law_params``,
+  e.g. ``p``, ``alpha``, ``gamma`` and ``mu_star`` for ``asymptotic``) are then a ``ValueError``:
+  they would change nothing.
 
 Memory (``run``, ``simulate``, ``summarize``): ``memory_budget=`` bytes (or ``"4GB"``,
 ``"512MiB"``; default the environment variable ``POOLSIM_MEMORY_BUDGET``, else half of the free
@@ -49,12 +52,16 @@ from . import _checks, _core, _engine, metadist as md
 
 
 class Experiment(NamedTuple):
-    """A registered experiment: its defaults and how to build its meta-distribution from them."""
+    """A registered experiment: its defaults and how to build its meta-distribution from them.
+
+    ``law_params``: the parameters ``make_metadist`` reads (``d`` aside): a ``metadist=`` given to
+    :func:`run` replaces that meta-distribution, so these may not be given beside it."""
 
     name: str
     description: str
     defaults: dict
     make_metadist: Callable[[dict], md.MetaDist]
+    law_params: tuple = ()
 
 
 COMMON = dict(sigma=0.8, d=2, mu_star=0.0, metric="l2", init="median", tol=1e-4, max_iter=100,
@@ -68,6 +75,7 @@ EXPERIMENTS = {
         "inlier spread gamma = 0.5.",
         dict(Ks=(5, 10, 20, 30, 40, 50), n=150, tau=1.2, alpha=1.5, p=0.3, gamma=0.5),
         lambda P: md.contaminated(P["p"], P["alpha"], d=P["d"], gamma=P["gamma"], mu_star=P["mu_star"]),
+        ("p", "alpha", "gamma", "mu_star"),
     ),
     "symmetric": Experiment(
         "symmetric",
@@ -77,6 +85,7 @@ EXPERIMENTS = {
         dict(Ks=(15,), n=100, tau=1.0, gamma=1.5, layout="gaussian"),
         lambda P: (md.symmetric_gaussian if P["layout"] == "gaussian" else md.balanced)(
             P["gamma"], d=P["d"], mu_star=P["mu_star"]),
+        ("gamma", "layout", "mu_star"),
     ),
     "domain_addition": Experiment(
         "domain_addition",
@@ -85,6 +94,7 @@ EXPERIMENTS = {
         dict(Ks=tuple(range(5, 31)), n=100, tau=1.1, every=3, radius=2.5, gamma=0.5, jitter=0.2),
         lambda P: md.outlier_schedule(P["every"], P["radius"], d=P["d"], gamma=P["gamma"],
                                       jitter=P["jitter"], mu_star=P["mu_star"]),
+        ("every", "radius", "gamma", "jitter", "mu_star"),
     ),
 }
 
@@ -137,6 +147,12 @@ def resolve(name: str, params: dict) -> tuple[dict, md.MetaDist]:
         raise ValueError("metadist must be a poolsim.metadist.MetaDist (see metadist.from_callable)")
     if dist.d != P["d"]:
         raise ValueError(f"metadist has d = {dist.d} but d = {P['d']}")
+    if P["metadist"] is not None:
+        ignored = [k for k in exp.law_params if k in params]
+        if ignored:
+            raise ValueError(f"{', '.join(ignored)} set the {name!r} experiment's own meta-distribution, which "
+                             f"metadist= replaces: leave them out (mu_star is the metadist's own)")
+        P["mu_star"] = dist.mu_star  # the target eps is measured from, as the engine's summaries do
     # Shape check: a wrong (K, d) raises here, naming the meta-distribution. Traced, not run:
     # running the sampler op by op compiles each operation (~2 s in a fresh process, measured).
     jax.eval_shape(lambda: dist(0, Ks[-1]))

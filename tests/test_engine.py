@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+import jax
 import numpy as np
 import pandas as pd
 import pytest
@@ -180,8 +181,10 @@ def test_sufficient_path_cost_does_not_depend_on_n():
     ("asymptotic", {"metric": "manhattan"}, "metric"),
     ("asymptotic", {"bogus": 1}, "unknown parameter"),
     ("asymptotic", {"m_frac": 1.5}, "m_frac"),
-    ("asymptotic", {"metadist": metadist.from_callable(lambda key, K: np.zeros((K, 3)), d=2)},
+    ("asymptotic", {"metadist": metadist.from_callable(lambda key, K: jax.random.normal(key, (K, 3)), d=2)},
      "returned shape"),
+    ("asymptotic", {"metadist": metadist.symmetric_gaussian(1.0, d=2), "p": 0.9, "gamma": 3.0},
+     r"^p, gamma set the 'asymptotic' experiment's own meta-distribution, which metadist= replaces"),
 ])
 def test_bad_input(name, params, match):
     params = dict(params)
