@@ -131,7 +131,10 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
     ``jobs_dir`` (a folder every job can reach): both simulations (choosing tau, then the verdicts on
     fresh seeds) split their seeds into ``resources.max_concurrent`` scheduler jobs
     (:func:`poolsim._phase.run_grid`); the same advice, bit for bit. Each job pays its own start and
-    compile, so this pays off only for many seeds (docs/cluster.md)."""
+    compile, so this pays off only for many seeds (docs/cluster.md).
+
+    Host code: the data are read as NumPy, so ``advise`` is not traced by JAX (``jit``, ``vmap``, ``grad``)
+    nor differentiated by torch autograd."""
     from . import _phase  # JAX: imported on first use, so `import poolsim` stays light
 
     m, sz, sig = _inputs(X, means, sizes, sigma)

@@ -282,6 +282,9 @@ def naive_pool(X: Any, counts: Any = None) -> Pooled:
     scaled, those values fall below the smallest normal number and lose low bits. There the mean returned
     is the plain floating-point one, without that extra rounding. The same rule runs on every array
     library; for an ``X`` traced by JAX (``jit``) the sum is taken as it is (values unknown).
+
+    Transformations: ``jax.jit``, ``jax.vmap``, ``jax.grad``, ``jax.jacfwd``; torch autograd. Under a JAX
+    transformation the NaN/inf check runs with the compiled program (a run-time error, same message).
     """
     plain = _numpy_plain_pool(X) if counts is None else None
     if plain is not None and _plain_mean_stands(plain[0]):
@@ -371,6 +374,11 @@ def subsample(key: Any, X: Any, m: int, n: int, counts: Any = None) -> Subsample
     :func:`naive_pool`'s documented case. On a C-ordered NumPy ``X`` the check is one threaded pass
     (:func:`_surely_finite`) instead of ``min`` and ``max``.
     ``X: (K, N, d)`` -> ``Subsampled(mean (d,), domains (m,), indices (m, n))``.
+
+    Transformations: ``jax.jit``, ``jax.vmap``, ``jax.grad``, ``jax.jacfwd`` (derivative of the mean of the
+    points picked, the draw held fixed); torch autograd. Under a JAX transformation the NaN/inf check runs
+    with the compiled program (a run-time error, same message); a NumPy ``X`` with a traced key is drawn
+    from and averaged by JAX.
     """
     X, cnt, xp = _validate(X, counts, (key,))
     k = None if _surely_finite(X, xp) else _finite_exponent(X, xp)  # None: not needed yet
@@ -446,6 +454,15 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
 
     ``X: (K, N, d)`` -> :class:`Matched`. An empty matched set never yields NaN: the previous
     centroid is kept and ``converged`` is False.
+
+    Transformations: ``jax.jit``, ``jax.vmap``, ``jax.grad`` (reverse mode) and ``jax.jacfwd`` on JAX
+    input, torch autograd on torch input. Under a JAX transformation the value checks (``X``, ``init``
+    finite; ``tau``, ``tol`` > 0; ``counts``) run with the compiled program: a bad value is a run-time
+    error holding the same message. A NumPy ``X`` with a traced ``tau`` is computed by JAX. The
+    derivative is the matched mean's with the matched set held fixed (it is locally constant: the gate
+    is a step function), ``1 / n_matched`` per matched sample and 0 with respect to ``tau``; it is what
+    torch autograd through the loop gives and, at the fixed point, what the implicit function theorem
+    gives (:func:`poolsim._core.iterate_match`; the docs' Concepts page, "Transformations").
     """
     X, valid, cnt, xp, k = _prepare(X, counts, (tau, tol, init))
     K, N, d = X.shape

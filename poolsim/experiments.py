@@ -151,7 +151,7 @@ def resolve(name: str, params: dict) -> tuple[dict, md.MetaDist]:
         ignored = [k for k in exp.law_params if k in params]
         if ignored:
             raise ValueError(f"{', '.join(ignored)} set the {name!r} experiment's own meta-distribution, which "
-                             f"metadist= replaces: leave them out (mu_star is the metadist's own)")
+                             f"metadist= replaces: leave them out (the target mu_star is the metadist's)")
         P["mu_star"] = dist.mu_star  # the target eps is measured from, as the engine's summaries do
     # Shape check: a wrong (K, d) raises here, naming the meta-distribution. Traced, not run:
     # running the sampler op by op compiles each operation (~2 s in a fresh process, measured).
