@@ -191,7 +191,10 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
     data and ``seed``). ``progress(n)`` is called with the data sets done. A few seconds on a
     2-core CPU at the paper's sizes; d = 768 with K up to 100 within a minute (d enters only through
     distances, :mod:`poolsim._worlds`). The method, and what the answer means: module
-    :mod:`poolsim._advise`; how good it is: the documentation page "How good is the advice?"."""
+    :mod:`poolsim._advise`; how good it is: the documentation page "How good is the advice?".
+
+    Host code: the data are read as NumPy, so ``advise`` is not traced by JAX (``jit``, ``vmap``, ``grad``)
+    nor differentiated by torch autograd."""
     m, sz, sig = _inputs(X, means, sizes, sigma)
     seeds = _checks.integer("seeds", seeds, _verdict.MIN_SEEDS)
     seed = _checks.integer("seed", seed, 0)

@@ -1,7 +1,10 @@
 """Argument checks shared by every public entry point: one clear ``ValueError`` per bad input.
 
-Value checks are skipped for JAX tracers (inside ``jit``/``vmap`` values are not known); shape
-and choice checks always run.
+Shape and choice checks always run. Value checks need the values: on a JAX tracer (inside ``jit``,
+``vmap``, ``grad``) they become run-time checks instead (:func:`guard`): the checked value is returned
+carrying an ``equinox.error_if``, and a bad value raises when the compiled program runs, with the same
+message inside JAX's run-time error. Callers use the value returned, so that the check is part of the
+computation.
 """
 from __future__ import annotations
 
@@ -18,6 +21,18 @@ def is_tracer(x: Any) -> bool:
     second or more on a first NumPy call)."""
     jax = sys.modules.get("jax")
     return jax is not None and isinstance(x, jax.core.Tracer)
+
+
+def guard(x: Any, bad: Any, message: str) -> Any:
+    """Traced ``x`` with a run-time check: the program raises ``message`` when it runs with ``bad`` true.
+
+    ``equinox.error_if``: under ``jax.jit`` the error is a ``jax.errors.JaxRuntimeError`` (a
+    ``RuntimeError``; under ``equinox.filter_jit`` an ``EquinoxRuntimeError``) whose text contains
+    ``message``. Gradients pass through ``x`` unchanged. The environment variable ``EQX_ON_ERROR``
+    (equinox's) can turn the error into NaN or a breakpoint instead."""
+    import equinox as eqx
+
+    return eqx.error_if(x, bad, message)
 
 
 def choice(name: str, value: Any, allowed: tuple) -> Any:
@@ -89,7 +104,12 @@ def number(name: str, value: Any, lo: float = -math.inf, hi: float = math.inf, *
 
 
 def positive(name: str, value: Any) -> Any:
-    """A finite number > 0 (a traced JAX scalar passes unchecked)."""
+    """A finite number > 0 (:data:`POSITIVE`); a traced JAX scalar comes back with that check made at run
+    time (:func:`guard`)."""
+    if is_tracer(value):
+        import jax.numpy as jnp
+
+        return guard(value, ~(jnp.isfinite(value) & (value > 0)), f"{name} must be a finite number in {POSITIVE}")
     return POSITIVE.check(name, value)
 
 
@@ -103,9 +123,14 @@ def to_numpy(a: Any) -> np.ndarray:
     return np.asarray(a.detach().cpu() if hasattr(a, "detach") else a)
 
 
-def finite(name: str, x: Any) -> None:
-    """No NaN or inf anywhere in ``x`` (skipped for tracers)."""
+def finite(name: str, x: Any) -> Any:
+    """``x``, with no NaN or inf anywhere in it; a traced ``x`` comes back with that check made at run
+    time (:func:`guard`)."""
+    message = f"{name} contains NaN or inf; all values must be finite"
     if is_tracer(x):
-        return
+        import jax.numpy as jnp
+
+        return guard(x, ~jnp.all(jnp.isfinite(x)), message)
     if not np.all(np.isfinite(to_numpy(x))):
-        raise ValueError(f"{name} contains NaN or inf; all values must be finite")
+        raise ValueError(message)
+    return x

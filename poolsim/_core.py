@@ -2,6 +2,7 @@
 of :mod:`poolsim.core`, whose docstring states its rules (array API, traceable, differentiable)."""
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -245,29 +246,21 @@ def iterate_match(points, mass, c0, tau, metric: str, *, tol: float, max_iter: i
     previous centroid and reports ``converged = False`` with an all-zero ``included`` -- an empty
     matched set never produces NaN. On jax.numpy the loop is a ``lax.while_loop`` (traceable under
     jit/vmap); on NumPy and torch it is a Python loop (torch keeps the autograd graph).
+
+    Derivatives. The gate is a step function of the distances, so the included set is locally
+    constant: near inputs where no point sits exactly on the radius, the centroid is the weighted
+    mean of the points of the matched set that produced it, ``sum_i w_i p_i / sum_i w_i`` with
+    ``w = included * mass`` fixed, and its derivative is that mean's (with respect to ``points``
+    and ``mass``; 0 with respect to ``tau``, and to ``c0`` unless nothing was ever matched, when
+    the centroid is ``c0`` itself). At the fixed point ``c* = F(c*)`` the implicit function
+    theorem gives the same, since ``F`` does not vary with ``c`` where the set is constant. torch
+    autograd through the Python loop computes exactly this; on JAX a ``custom_jvp`` gives it to
+    ``jax.jvp``/``jacfwd`` and, by transposition, to ``jax.grad``/``vjp``/``jacrev`` (reverse
+    mode, which a ``while_loop`` does not support by itself). The primal values are the loop's.
     """
     xp = namespace(points, mass, c0)
     if is_jax_namespace(xp):
-        from jax import lax
-
-        n = points.shape[0]
-
-        def cond(state):
-            t, _, _, _, done, _ = state
-            return (~done) & (t < max_iter)
-
-        def body(state):
-            t, c, _, _, _, _ = state
-            c_next, inc, total = match_step(points, mass, c, tau, metric)
-            empty = total <= 0
-            conv = safe_norm(c_next - c) < tol
-            return (t + 1, xp.where(empty, c, c_next), inc, total, empty | conv, conv & ~empty)
-
-        zero = xp.zeros((), dtype=points.dtype)
-        init = (xp.asarray(0), c0, xp.zeros(n, dtype=points.dtype), zero,
-                xp.asarray(False), xp.asarray(False))
-        t, c, inc, total, _, converged = lax.while_loop(cond, body, init)
-        return c, inc, t, converged, total
+        return _jax_iterate()(points, mass, c0, tau, tol, metric, max_iter)
 
     c = c0
     inc = xp.zeros(points.shape[0], dtype=points.dtype)
@@ -281,6 +274,68 @@ def iterate_match(points, mass, c0, tau, metric: str, *, tol: float, max_iter: i
         if bool(moved < tol):
             return c, inc, t, True, total
     return c, inc, max_iter, False, total
+
+
+def _jax_loop(points, mass, c0, tau, tol, metric: str, max_iter: int, *, track: bool):
+    """:func:`iterate_match`'s ``lax.while_loop`` on jax.numpy arrays -> its five results, and with
+    ``track`` also ``used (n,)``: the included set of the last step that matched something (all zeros
+    if none did), the set whose weighted mean the centroid is."""
+    import jax.numpy as xp
+    from jax import lax
+
+    n = points.shape[0]
+
+    def cond(state):
+        t, _, _, _, done, _ = state[:6]
+        return (~done) & (t < max_iter)
+
+    def body(state):
+        t, c = state[:2]
+        c_next, inc, total = match_step(points, mass, c, tau, metric)
+        empty = total <= 0
+        conv = safe_norm(c_next - c) < tol
+        out = (t + 1, xp.where(empty, c, c_next), inc, total, empty | conv, conv & ~empty)
+        return out + (xp.where(empty, state[6], inc),) if track else out
+
+    zero = xp.zeros((), dtype=points.dtype)
+    none = xp.zeros(n, dtype=points.dtype)
+    init = (xp.asarray(0), c0, none, zero, xp.asarray(False), xp.asarray(False)) + ((none,) if track else ())
+    state = lax.while_loop(cond, body, init)
+    t, c, inc, total, _, converged = state[:6]
+    return ((c, inc, t, converged, total), state[6]) if track else (c, inc, t, converged, total)
+
+
+@functools.cache
+def _jax_iterate():
+    """:func:`_jax_loop` as a ``jax.custom_jvp`` function ``(points, mass, c0, tau, tol, metric,
+    max_iter)``: the loop's values, the derivative of :func:`iterate_match`'s docstring. Built on first
+    use, so that importing this module does not import JAX."""
+    import jax
+    import jax.numpy as jnp
+
+    @functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6))
+    def iterate(points, mass, c0, tau, tol, metric, max_iter):
+        return _jax_loop(points, mass, c0, tau, tol, metric, max_iter, track=False)
+
+    @iterate.defjvp
+    def iterate_jvp(metric, max_iter, primals, tangents):
+        points, mass, c0, tau, tol = primals
+        d_points, d_mass, d_c0 = tangents[:3]
+        out, used = _jax_loop(points, mass, c0, tau, tol, metric, max_iter, track=True)
+        c, inc, t, converged, total = out
+        # c = sum_i w_i p_i / W (w = used * mass, W = sum w) where W > 0, else c0:
+        # dc = (sum_i w_i dp_i + sum_i used_i dm_i (p_i - c)) / W
+        w, dw = used * mass, used * d_mass
+        W = jnp.sum(w)
+        has = W > 0
+        num = jnp.sum(w[:, None] * d_points, axis=0) + jnp.sum(dw[:, None] * (points - c), axis=0)
+        dc = jnp.where(has, num / jnp.where(has, W, jnp.ones_like(W)), d_c0)
+        float0 = jax.dtypes.float0
+        tangent_out = (dc, jnp.zeros_like(inc), np.zeros(t.shape, float0), np.zeros(converged.shape, float0),
+                       jnp.sum(inc * d_mass))
+        return out, tangent_out
+
+    return iterate
 
 
 def running_update(c, count, x, tau, metric: str):

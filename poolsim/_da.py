@@ -18,7 +18,8 @@ def da_score(y: Any, weights: Any = None) -> Any:
     for L = 5 and, for other L, our generalisation ``s_i = i / sum_{j<L} j`` (which reproduces the
     paper's weights at L = 5). A run that never gets worse scores at least L - 1 (4 for L = 5).
 
-    Returns a float for 1-D ``y``, else an array of shape ``y.shape[:-1]``.
+    Returns a float for 1-D ``y``, else an array of shape ``y.shape[:-1]``. NumPy on the host: not traced by
+    JAX (``jit``, ``vmap``, ``grad``), not differentiated by torch autograd.
     """
     arr = np.asarray(y, dtype=float)
     if arr.ndim == 0 or arr.shape[-1] < 2:

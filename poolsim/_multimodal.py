@@ -99,7 +99,15 @@ def match_multimodal(X: Any, taus: Any, *, init: Any, metric: str = "l2", level:
     moves each seed to the coordinate-wise median of the points nearest to it, so a seed that
     landed on an outlier returns to its cell's majority. Iterates
     exclusive assignment + per-mode means until every centroid moves less than ``tol`` (L2).
+
+    The loop decides on the host (k-means++ seeding, the stopping rule), so JAX cannot trace it: under
+    ``jax.jit``, ``vmap``, ``grad`` or ``jacfwd`` it raises ``TypeError``. On concrete arrays it runs
+    on NumPy, JAX and torch, and torch autograd differentiates the centroids (the assignment is locally
+    constant, as for :func:`poolsim.match`).
     """
+    if any(_checks.is_tracer(a) for a in (X, taus, init, key, counts)):
+        raise TypeError("match_multimodal cannot run under jax.jit, vmap, grad or jacfwd (its loop decides on "
+                        "the host): call it on concrete NumPy, JAX or torch arrays (torch autograd works)")
     X, valid, cnt, xp = prepare_domains(X, counts)
     K, N, d = X.shape
     t = _taus(taus)
@@ -139,7 +147,7 @@ def match_multimodal(X: Any, taus: Any, *, init: Any, metric: str = "l2", level:
     converged, n_iter = False, max_iter
     for n_iter in range(1, max_iter + 1):
         C_next, w, matched = _core.multi_match_step(points, mass, C, tau, metric)
-        moved = float(xp.max(_core.safe_norm(C_next - C)))
+        moved = float(to_numpy(xp.max(_core.safe_norm(C_next - C))))  # detached: no autograd warning
         C = C_next
         if moved < tol:
             converged = bool(xp.all(matched > 0))

@@ -82,21 +82,27 @@ def prepare_domains(X: Any, counts: Any = None):
     real floating array (the library's default float if it was not one), ``valid: (K, N)`` 0/1 in
     ``X``'s dtype (row ``i`` of domain ``k`` is a real sample iff ``i < counts[k]``), ``counts: (K,)``
     in ``X``'s dtype and ``xp`` the array-API namespace of ``X``. A wrong shape, an empty axis,
-    non-finite ``X`` or out-of-range ``counts`` raises ``ValueError``; traced ``counts`` (inside
-    ``jax.jit``) are taken as they are.
+    non-finite ``X`` or out-of-range ``counts`` raises ``ValueError``; for a traced ``X`` or ``counts``
+    (inside ``jax.jit``, ``vmap``, ``grad``) the value checks are made when the program runs
+    (:func:`poolsim._checks.guard`: a run-time error with the same message).
     """
     return _prepare(X, counts)[:4]
 
 
-def _prepare(X: Any, counts: Any):
-    """:func:`prepare_domains` plus ``k = pow2_exponent(X)`` -> ``(X, valid, counts, xp, k)``."""
-    X, cnt, xp = _validate(X, counts)
+def _prepare(X: Any, counts: Any, also: tuple = ()):
+    """:func:`prepare_domains` plus ``k = pow2_exponent(X)`` -> ``(X, valid, counts, xp, k)``; ``also``: as
+    for :func:`_validate`."""
+    X, cnt, xp = _validate(X, counts, also)
     return X, _valid_rows(X, cnt, xp), cnt, xp, _finite_exponent(X, xp)
 
 
-def _validate(X: Any, counts: Any):
-    """:func:`prepare_domains` without the finiteness check of ``X`` (:func:`_finite_exponent` does it) and
-    without ``valid`` (:func:`_valid_rows`) -> ``(X, counts, xp)``."""
+def _validate(X: Any, counts: Any, also: tuple = ()):
+    """:func:`prepare_domains` without the finiteness check of a concrete ``X`` (:func:`_finite_exponent`
+    does it) and without ``valid`` (:func:`_valid_rows`) -> ``(X, counts, xp)``.
+
+    A NumPy ``X`` (or a nested list) with a JAX tracer among ``counts`` and ``also`` (the caller's other
+    arguments: a traced ``tau``, ``key``, ``init``) becomes a JAX array, so that the computation is traced
+    with them (``jax.jit`` over ``tau`` with ``X`` fixed)."""
     try:
         xp = _core.namespace(X)
     except TypeError:
@@ -105,6 +111,11 @@ def _validate(X: Any, counts: Any):
         X = X.astype(float)
         xp = _core.namespace(X)
     real_array("X", X)
+    if is_numpy_namespace(xp) and any(_checks.is_tracer(a) for a in (counts, *also)):
+        import jax.numpy as jnp
+
+        X = jnp.asarray(X)
+        xp = _core.namespace(X)
     if X.ndim != 3:
         raise ValueError(f"X must have shape (K, N, d), got {tuple(X.shape)}")
     K, N, d = X.shape
@@ -113,10 +124,16 @@ def _validate(X: Any, counts: Any):
             raise ValueError(f"X has {name} = 0 (shape {tuple(X.shape)}); each of K, N, d must be >= 1")
     if not xp.isdtype(X.dtype, "real floating"):
         X = xp.astype(X, xp.asarray(0.0).dtype)  # the library's default float
+    if _checks.is_tracer(X):  # values unknown: checked when the program runs
+        X = _checks.finite("X", X)
     if counts is None:
         cnt = xp.full((K,), float(N), dtype=X.dtype)
     elif _checks.is_tracer(counts):
+        if tuple(counts.shape) != (K,):
+            raise ValueError(f"counts must have shape (K,) = ({K},), got {tuple(counts.shape)}")
         cnt = xp.astype(counts, X.dtype)
+        cnt = _checks.guard(cnt, xp.any((cnt != xp.round(cnt)) | ~(cnt >= 1) | ~(cnt <= N)),
+                            f"counts must be integers in [1, N={N}]")
     else:
         c = _checks.to_numpy(counts)
         real_array("counts", c)
@@ -134,9 +151,12 @@ def _valid_rows(X, cnt, xp):
 
 
 def _finite_exponent(X: Any, xp) -> int:
-    """``ValueError`` naming ``X`` if it holds NaN or inf (skipped for a JAX tracer), else
+    """``ValueError`` naming ``X`` if it holds NaN or inf (for a JAX tracer: 0, ``X`` checked at run time by
+    :func:`_validate`), else
     :func:`pow2_exponent` of ``X``. On NumPy both come from the same two reductions (``min``, ``max``: NaN
     propagates through both, so both are finite iff every value is)."""
+    if _checks.is_tracer(X):  # checked at run time by _validate; the scale of unknown values: 0
+        return 0
     if is_numpy_namespace(xp):
         lo, hi = float(np.min(X)), float(np.max(X))
         if not (math.isfinite(lo) and math.isfinite(hi)):  # the check's own error, without its cost when fine
@@ -262,6 +282,9 @@ def naive_pool(X: Any, counts: Any = None) -> Pooled:
     scaled, those values fall below the smallest normal number and lose low bits. There the mean returned
     is the plain floating-point one, without that extra rounding. The same rule runs on every array
     library; for an ``X`` traced by JAX (``jit``) the sum is taken as it is (values unknown).
+
+    Transformations: ``jax.jit``, ``jax.vmap``, ``jax.grad``, ``jax.jacfwd``; torch autograd. Under a JAX
+    transformation the NaN/inf check runs with the compiled program (a run-time error, same message).
     """
     plain = _numpy_plain_pool(X) if counts is None else None
     if plain is not None and _plain_mean_stands(plain[0]):
@@ -351,8 +374,13 @@ def subsample(key: Any, X: Any, m: int, n: int, counts: Any = None) -> Subsample
     :func:`naive_pool`'s documented case. On a C-ordered NumPy ``X`` the check is one threaded pass
     (:func:`_surely_finite`) instead of ``min`` and ``max``.
     ``X: (K, N, d)`` -> ``Subsampled(mean (d,), domains (m,), indices (m, n))``.
+
+    Transformations: ``jax.jit``, ``jax.vmap``, ``jax.grad``, ``jax.jacfwd`` (derivative of the mean of the
+    points picked, the draw held fixed); torch autograd. Under a JAX transformation the NaN/inf check runs
+    with the compiled program (a run-time error, same message); a NumPy ``X`` with a traced key is drawn
+    from and averaged by JAX.
     """
-    X, cnt, xp = _validate(X, counts)
+    X, cnt, xp = _validate(X, counts, (key,))
     k = None if _surely_finite(X, xp) else _finite_exponent(X, xp)  # None: not needed yet
     K, N, d = X.shape
     m = _checks.integer("m", m, 1, K)
@@ -426,13 +454,22 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
 
     ``X: (K, N, d)`` -> :class:`Matched`. An empty matched set never yields NaN: the previous
     centroid is kept and ``converged`` is False.
+
+    Transformations: ``jax.jit``, ``jax.vmap``, ``jax.grad`` (reverse mode) and ``jax.jacfwd`` on JAX
+    input, torch autograd on torch input. Under a JAX transformation the value checks (``X``, ``init``
+    finite; ``tau``, ``tol`` > 0; ``counts``) run with the compiled program: a bad value is a run-time
+    error holding the same message. A NumPy ``X`` with a traced ``tau`` is computed by JAX. The
+    derivative is the matched mean's with the matched set held fixed (it is locally constant: the gate
+    is a step function), ``1 / n_matched`` per matched sample and 0 with respect to ``tau``; it is what
+    torch autograd through the loop gives and, at the fixed point, what the implicit function theorem
+    gives (:func:`poolsim._core.iterate_match`; the docs' Concepts page, "Transformations").
     """
-    X, valid, cnt, xp, k = _prepare(X, counts)
+    X, valid, cnt, xp, k = _prepare(X, counts, (tau, tol, init))
     K, N, d = X.shape
-    _checks.positive("tau", tau)
+    tau = _checks.positive("tau", tau)
     _checks.choice("metric", metric, _core.METRICS)
     _checks.choice("level", level, LEVELS)
-    _checks.positive("tol", tol)
+    tol = _checks.positive("tol", tol)
     max_iter = _checks.integer("max_iter", max_iter, 1)
     # data far from 1 in magnitude: matched as X * 2**k, with the l2 radius and the tolerance (data units)
     # scaled alike; cosine and geodesic radii are angles, unchanged (see pow2_exponent)
@@ -454,7 +491,7 @@ def match(X: Any, tau: Any, *, metric: str = "l2", level: str = "domain", init: 
         if tuple(c0.shape) != (d,):
             raise ValueError(f"init must be 'median', 'mean' or a vector of shape (d,) = ({d},), "
                              f"got shape {tuple(c0.shape)}")
-        _checks.finite("init", c0)
+        c0 = _checks.finite("init", c0)
         c0 = times_pow2(xp.astype(c0, X.dtype), k)
     if level == "domain":
         points, mass = domain_means(X, valid, cnt), cnt

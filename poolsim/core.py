@@ -9,6 +9,10 @@ tensors (with autograd). Rules that keep it traceable and differentiable:
 * every ``sqrt``/``arccos``/division has a guarded input, so values and gradients stay finite at
   identical vectors, at zero vectors and at cosine = +-1.
 
+Transformations: every function here runs under ``jax.jit``, ``jax.vmap``, ``jax.grad`` and
+``jax.jacfwd`` and with torch autograd (:func:`iterate_match`'s ``lax.while_loop`` through a
+``custom_jvp``). The functions check no values: the public strategies do.
+
 Shapes: ``x: (..., d)`` points, ``c: (d,)`` or ``(..., d)`` centroids (broadcast), ``w: (...,)``
 weights. The functions never look at values on the host, so they also work on tracers -- except
 :func:`weighted_median` on NumPy arrays (never traced), which selects rather than sorts (the same

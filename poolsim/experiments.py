@@ -7,6 +7,11 @@ parameter. :func:`run`'s docstring lists them all -- the parameters every experi
 experiment's own -- with their defaults and allowed values, generated from the registry
 (:data:`COMMON_PARAMS`, ``EXPERIMENTS[name].params``) that also checks them: a value outside its
 allowed range is a ``ValueError`` worded as that table's column.
+``metadist=`` replaces the experiment's meta-distribution (any :class:`poolsim.metadist.MetaDist` of
+dimension d, e.g. from :func:`poolsim.metadist.from_callable`; eps is then measured from its
+``mu_star``); the parameters of the law it replaces (``EXPERIMENTS[name].law_params``, e.g. ``p``,
+``alpha``, ``gamma`` and ``mu_star`` for ``asymptotic``) are then a ``ValueError``: they would change
+nothing.
 
 Memory (``run``, ``simulate``, ``summarize``): ``memory_budget=`` bytes (or ``"4GB"``,
 ``"512MiB"``; default the environment variable ``POOLSIM_MEMORY_BUDGET``, else half of the free
@@ -79,14 +84,17 @@ _GAMMA_OURS = Param(_checks.NONNEGATIVE, "spread of the inlier domain means, N(m
 
 
 class Experiment(NamedTuple):
-    """A registered experiment: its defaults, how to build its meta-distribution from them, and
-    ``params``: a :class:`Param` for each of its own parameters (the keys of ``defaults``)."""
+    """A registered experiment: its defaults, how to build its meta-distribution from them,
+    ``params``: a :class:`Param` for each of its own parameters (the keys of ``defaults``), and
+    ``law_params``: the parameters ``make_metadist`` reads (``d`` aside): a ``metadist=`` given to
+    :func:`run` replaces that meta-distribution, so these may not be given beside it."""
 
     name: str
     description: str
     defaults: dict
     make_metadist: Callable[[dict], md.MetaDist]
     params: Mapping[str, Param] = MappingProxyType({})
+    law_params: tuple = ()
 
 EXPERIMENTS = {
     "asymptotic": Experiment(
@@ -100,6 +108,7 @@ EXPERIMENTS = {
          "alpha": Param(_checks.NONNEGATIVE, "shift of the contaminated domains' means along e_1 (paper)"),
          "p": Param(_checks.UNIT, "share of contaminated domains (ours)"),
          "gamma": _GAMMA_OURS},
+        ("p", "alpha", "gamma", "mu_star"),
     ),
     "symmetric": Experiment(
         "symmetric",
@@ -114,6 +123,7 @@ EXPERIMENTS = {
          "layout": Param(("gaussian", "balanced"), "gaussian: i.i.d. N(mu_star, gamma^2 I) means (the "
                          "theorem's setting); balanced: antithetic pairs averaging exactly mu_star (the "
                          "paper's picture)")},
+        ("gamma", "layout", "mu_star"),
     ),
     "domain_addition": Experiment(
         "domain_addition",
@@ -127,6 +137,7 @@ EXPERIMENTS = {
          "radius": Param(_checks.NONNEGATIVE, "the outliers' distance from mu_star (paper)"),
          "gamma": _GAMMA_OURS,
          "jitter": Param(_checks.NONNEGATIVE, "the outliers' angular jitter around e_1, radians (ours)")},
+        ("every", "radius", "gamma", "jitter", "mu_star"),
     ),
 }
 
@@ -169,6 +180,12 @@ def resolve(name: str, params: dict) -> tuple[dict, md.MetaDist]:
         raise ValueError("metadist must be a poolsim.metadist.MetaDist (see metadist.from_callable)")
     if dist.d != P["d"]:
         raise ValueError(f"metadist has d = {dist.d} but d = {P['d']}")
+    if P["metadist"] is not None:
+        ignored = [k for k in exp.law_params if k in params]
+        if ignored:
+            raise ValueError(f"{', '.join(ignored)} set the {name!r} experiment's own meta-distribution, which "
+                             f"metadist= replaces: leave them out (the target mu_star is the metadist's)")
+        P["mu_star"] = dist.mu_star  # the target eps is measured from, as the engine's summaries do
     # Shape check: a wrong (K, d) raises here, naming the meta-distribution. Traced, not run:
     # running the sampler op by op compiles each operation (~2 s in a fresh process, measured).
     jax.eval_shape(lambda: dist(0, Ks[-1]))

@@ -195,11 +195,31 @@ def outlier_schedule(every: int = 3, radius: float = 2.5, *, d: int, gamma: floa
                     {"every": every, "radius": r, "gamma": g, "jitter": j, "direction": v})
 
 
+# Domains per key when from_callable traces a sampler to check it.
+_PROBE_K = 8
+
+
 def from_callable(fn: Callable[[Any, int], Any], *, d: int, mu_star: Any = 0.0,
                   name: str = "custom", mean: Any = None, cov: Any = None,
                   symmetric: bool = False, iid: bool = True) -> MetaDist:
-    """Wrap a user callable ``fn(key, K) -> (K, d)`` (JAX, traceable for the engine) as a
-    :class:`MetaDist`. The returned shape is checked on every call."""
+    """Wrap a user sampler ``fn(key, K) -> (K, d)`` as a :class:`MetaDist`.
+
+    ``fn`` draws the K domain means from the typed JAX PRNG ``key`` it is given, with JAX random
+    functions, e.g. Student-t means ``lambda key, K: 0.5 * jax.random.t(key, 2.0, (K, d))``. The
+    Monte-Carlo engine runs it inside ``jax.jit`` and ``jax.vmap``, one key per seed, so
+    ``from_callable`` traces it that way first (``jax.vmap`` over two keys, 8 domains each; traced,
+    not compiled or run) and raises ``ValueError`` for a sampler that
+
+    * cannot be traced (it converts the key or a draw to NumPy or to a Python number), or
+    * ignores its key: its draws are not computed from it, as NumPy's or Python's random numbers are
+      not -- traced, they are drawn once, and every seed would get the same domain means.
+
+    Such a sampler is refused rather than run per seed on the host: its draws would not follow the
+    seeds (the same seeds would not give the same results) and a host call per seed would serialise
+    the engine's compiled draws. ``mu_star`` (the target ``eps`` is measured from), ``mean`` and
+    ``cov`` (E[mu_k] and Cov[mu_k], for :mod:`poolsim.theory`; ``None``: unknown) and the flags are
+    yours to state. The returned shape is checked on every call.
+    """
     if not callable(fn):
         raise ValueError(f"fn must be callable as fn(key, K) -> (K, d), got {type(fn).__name__}")
     d = _checks.integer("d", d, 1)
@@ -208,5 +228,46 @@ def from_callable(fn: Callable[[Any, int], Any], *, d: int, mu_star: Any = 0.0,
         cov = np.asarray(cov, dtype=float)
         if cov.shape != (d, d) or not np.all(np.isfinite(cov)):
             raise ValueError(f"cov must be a finite (d, d) = ({d}, {d}) matrix, got shape {cov.shape}")
+    _try_sampler(fn, d, name)
     return MetaDist(name, d, fn, mu, None if mean is None else _vec("mean", mean, d), cov,
                     bool(symmetric), bool(iid), {})
+
+
+def _try_sampler(fn: Callable[[Any, int], Any], d: int, name: str) -> None:
+    """``ValueError`` unless ``fn(key, _PROBE_K)`` traces under ``jax.vmap`` over two keys (as the engine runs
+    it), returns an array and depends on its key.
+
+    Traced, not run (compiling a sampler such as ``jax.random.t`` takes seconds): the draws depend on the
+    key iff the traced program's output is computed from its input, which :func:`_reads_input` finds in
+    the program. A NumPy sampler's draws are a constant of that program."""
+    import jax
+
+    how = (f"write it with JAX random functions of the key it is given, e.g. "
+           f"lambda key, K: jax.random.t(key, 2.0, (K, {d}))")
+    keys = jax.random.split(jax.random.key(0), 2)
+    try:
+        program, out = jax.make_jaxpr(jax.vmap(lambda key: fn(key, _PROBE_K)), return_shape=True)(keys)
+    except jax.errors.JAXTypeError as e:  # a tracer converted to NumPy, a Python number or a bool
+        raise ValueError(f"sampler {name!r} cannot be traced by JAX ({type(e).__name__}): the engine runs "
+                         f"it under jax.jit and jax.vmap, one key per seed; {how}") from e
+    except Exception as e:  # noqa: BLE001 - any other failure of the user's code, named, with its traceback
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ValueError(f"sampler {name!r} failed when traced by JAX ({type(e).__name__}: {first}); {how}") from e
+    if not isinstance(out, jax.ShapeDtypeStruct):
+        raise ValueError(f"sampler {name!r} returned {type(out).__name__}, not a (K, d) array; {how}")
+    if not _reads_input(program.jaxpr):
+        raise ValueError(f"sampler {name!r} ignores its key (NumPy's or Python's random numbers are drawn "
+                         f"once, when JAX traces it): every seed would get the same domain means; {how}")
+
+
+def _reads_input(jaxpr) -> bool:
+    """Some output of ``jaxpr`` (a ``jax.make_jaxpr`` program) is computed from one of its inputs.
+
+    Forward through the equations: an equation with a dependent input makes every output dependent (an
+    over-approximation for equations with inner programs, never an under-approximation). Variables are
+    followed by identity; literals and captured constants never depend on the inputs."""
+    live = {id(v) for v in jaxpr.invars}
+    for eqn in jaxpr.eqns:
+        if any(id(v) in live for v in eqn.invars):
+            live.update(id(v) for v in eqn.outvars)
+    return any(id(v) in live for v in jaxpr.outvars)

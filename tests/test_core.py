@@ -37,10 +37,11 @@ def _all_core(x, c, w, f):
 
 
 def _differentiable_loss(x, c, w, f):
-    """Scalar built from every core piece with a (reverse-mode) gradient. iterate_match is left
-    out because jax's lax.while_loop has no reverse-mode derivative; torch covers it below."""
+    """Scalar built from every core piece with a (reverse-mode) gradient: iterate_match's centroid and
+    matched mass included (its custom_jvp; a ``lax.while_loop`` alone has no reverse-mode derivative),
+    its integer and boolean outputs left out."""
     outs = _all_core(x, c, w, f)
-    keep = outs[:9] + outs[-3:]
+    keep = outs[:9] + tuple(outs[i] for i in (9, 11, 14, 16, 19, 21)) + outs[-3:]
     return sum(o.sum() * (k + 1) for k, o in enumerate(keep))
 
 

@@ -233,6 +233,9 @@ def test_site_builds_strict_with_every_page(site):
     assert len(re.findall(r"IM000[123]\.dcm\s+image\s", scans)) == 3 and re.search(r"\[series 1\]\s+volume", scans)
     assert re.search(r"slice\s+25\s+volume\s+1", scans)
     assert "registered" in (site / "tutorials" / "plugins" / "index.html").read_text()
+    own = html.unescape((site / "tutorials" / "own-metadist" / "index.html").read_text())
+    assert "ValueError: sampler 'custom' ignores its key" in own and "ValueError: p, gamma set" in own
+    assert re.search(r"two_clusters: eps\(pool\) - eps\(match\) at K = 40: .* -> matching better: \w", own)
 
 
 class _Resources(html.parser.HTMLParser):
@@ -281,7 +284,8 @@ _PROBE = """<script>window.addEventListener("load", () => {
 @pytest.mark.slow
 @pytest.mark.parametrize("page, min_images", [("index.html", 1), ("api/poolsim/index.html", 0),
                                               ("tutorials/reproduce-a-figure/index.html", 1),
-                                              ("tutorials/own-scans/index.html", 1)])
+                                              ("tutorials/own-scans/index.html", 1),
+                                              ("tutorials/own-metadist/index.html", 1)])
 def test_pages_render_in_chromium(site, tmp_path, page, min_images):
     """Headless Chromium loads the page from disk: the theme's CSS applies (Material's sticky header), the
     article has text, and every image -- the figures -- decoded (naturalWidth > 0)."""

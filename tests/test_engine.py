@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
@@ -180,14 +182,52 @@ def test_sufficient_path_cost_does_not_depend_on_n():
     ("asymptotic", {"metric": "manhattan"}, "metric"),
     ("asymptotic", {"bogus": 1}, "unknown parameter"),
     ("asymptotic", {"m_frac": 1.5}, "m_frac"),
-    ("asymptotic", {"metadist": metadist.from_callable(lambda key, K: np.zeros((K, 3)), d=2)},
+    ("asymptotic", {"metadist": metadist.from_callable(lambda key, K: jax.random.normal(key, (K, 3)), d=2)},
      "returned shape"),
+    ("asymptotic", {"metadist": metadist.symmetric_gaussian(1.0, d=2), "p": 0.9, "gamma": 3.0},
+     r"^p, gamma set the 'asymptotic' experiment's own meta-distribution, which metadist= replaces"),
 ])
 def test_bad_input(name, params, match):
     params = dict(params)
     seeds = params.pop("seeds", 2)
     with pytest.raises(ValueError, match=match):
         experiments.run(name, seeds=seeds, **params)
+
+
+@pytest.mark.parametrize("name", list(experiments.EXPERIMENTS))
+def test_metadist_beside_the_parameters_it_replaces_is_an_error(name):
+    """Every parameter the experiment's own meta-distribution reads (its ``law_params``, checked against what
+    ``make_metadist`` reads) is an error beside ``metadist=``, which would ignore it; the others are fine,
+    and eps is then measured from the metadist's own mu_star."""
+    exp = experiments.EXPERIMENTS[name]
+    read = set()
+
+    class Recording(dict):
+        def __getitem__(self, key):
+            read.add(key)
+            return super().__getitem__(key)
+
+    exp.make_metadist(Recording({**experiments.COMMON, **exp.defaults}))
+    assert set(exp.law_params) == read - {"d"}
+    mine = metadist.from_callable(lambda key, K: 3.0 + jax.random.normal(key, (K, 2)), d=2, mu_star=[3.0, -1.0])
+    for param in exp.law_params:
+        value = exp.defaults.get(param, experiments.COMMON.get(param))
+        with pytest.raises(ValueError, match=rf"^{param} set the '{name}' experiment's own meta-distribution"):
+            experiments.resolve(name, {"metadist": mine, param: value})
+    P, dist = experiments.resolve(name, {"metadist": mine, "tau": 0.7, "n": 12})
+    assert dist is mine and P["tau"] == 0.7
+    np.testing.assert_array_equal(P["mu_star"], [3.0, -1.0])
+
+
+@pytest.mark.slow
+def test_eps_of_a_user_metadist_is_measured_from_its_mu_star():
+    """run's eps with metadist= is ||estimate - metadist.mu_star|| (the engine's target), recomputed here."""
+    mine = metadist.from_callable(lambda key, K: jnp.array([3.0, -1.0]) + 0.3 * jax.random.normal(key, (K, 2)),
+                                  d=2, mu_star=[3.0, -1.0])
+    df = experiments.run("symmetric", seeds=3, Ks=(6,), n=8, metadist=mine)
+    est = df[["est_0", "est_1"]].to_numpy()
+    np.testing.assert_allclose(df.eps, np.linalg.norm(est - [3.0, -1.0], axis=1), rtol=1e-12)
+    assert df.eps.max() < 2.0  # from mu_star, not from the origin (at ~3.2)
 
 
 def test_prefix_medians_equal_core_median(rng):

@@ -1,7 +1,10 @@
 """Meta-distributions: each factory's documented E[mu_k] and Cov[mu_k] by Monte Carlo (fixed keys,
 tolerances of a few standard errors computed from the draws), symmetry through odd moments,
 balanced's exact mean, the outlier schedule, and parameter validation."""
+import random
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -228,3 +231,65 @@ def test_every_factory_records_name_target_and_parameters_in_any_dimension():
         assert custom.name == "custom" and custom.symmetric is False and custom.iid is True
         assert custom.mean is None and custom.cov is None and custom.params == {}
         np.testing.assert_array_equal(custom.mu_star, np.zeros(d))
+
+
+# A sampler as a new user writes it in NumPy (issue 51): its draws ignore the key, so traced once they
+# would be every seed's domain means.
+NUMPY_T = lambda key, K: 0.5 * np.random.default_rng().standard_t(2, size=(K, 2))  # noqa: E731
+
+REFUSED = {
+    "numpy t": (NUMPY_T, "ignores its key"),
+    "python random": (lambda key, K: jnp.full((K, 2), random.random()), "ignores its key"),
+    "numpy constant as jax": (lambda key, K: jnp.asarray(np.random.default_rng(0).normal(size=(K, 2))),
+                              "ignores its key"),
+    "numpy seeded from the key": (lambda key, K: np.random.default_rng(np.asarray(jax.random.key_data(key)))
+                                  .normal(size=(K, 2)), r"cannot be traced by JAX \(TracerArrayConversionError\)"),
+    "int of a draw": (lambda key, K: jnp.full((K, 2), float(jax.random.normal(key))),
+                      r"cannot be traced by JAX \(ConcretizationTypeError\)"),
+    "not an array": (lambda key, K: None, r"returned NoneType, not a \(K, d\) array"),
+    "a bug of its own": (lambda key, K: jax.random.normal(key, (K, 2)) @ jnp.ones((3, 3)),
+                         r"failed when traced by JAX \(TypeError: dot_general"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_from_callable_refuses_a_sampler_the_engine_would_run_wrong(case):
+    """One line naming the sampler, the reason and how to write it (JAX random functions of the key)."""
+    fn, reason = REFUSED[case]
+    with pytest.raises(ValueError, match=rf"^sampler 'mine' (.*){reason}") as err:
+        metadist.from_callable(fn, d=2, name="mine")
+    msg = str(err.value)
+    assert "\n" not in msg and msg.endswith("e.g. lambda key, K: jax.random.t(key, 2.0, (K, 2))"), msg
+
+
+def test_from_callable_accepts_jax_samplers_whose_draws_follow_the_key():
+    """Student-t means and a two-cluster mixture, as JAX samplers: accepted; the mixture (drawn jitted, as the
+    engine draws; one compile) gives a different draw per key and the same draw for the same key."""
+    t = metadist.from_callable(lambda key, K: 0.5 * jax.random.t(key, 2.0, (K, 2)), d=2)
+    assert t.name == "custom" and t.d == 2
+
+    def two_clusters(key, K):
+        kc, kz = jax.random.split(key)
+        centre = jnp.where(jax.random.bernoulli(kc, 0.3, (K, 1)), jnp.array([2.5, 0.0]), 0.0)
+        return centre + 0.3 * jax.random.normal(kz, (K, 2))
+
+    mix = metadist.from_callable(two_clusters, d=2)
+    a, b, again = np.asarray(jax.jit(jax.vmap(lambda k: mix(k, 50)))(jax.vmap(jax.random.key)(jnp.array([1, 2, 1]))))
+    assert a.shape == (50, 2) and not np.any(a == b)
+    np.testing.assert_array_equal(a, again)
+
+
+def test_reads_input_follows_the_data_through_the_program():
+    """The dependence test behind "ignores its key", on programs whose answer is known by construction."""
+    from poolsim.metadist import _reads_input
+
+    def program(f, *args):
+        return jax.make_jaxpr(f)(*args).jaxpr
+
+    x = jnp.ones(3)
+    assert _reads_input(program(lambda a: jnp.sin(a) * 2.0, x))
+    assert _reads_input(program(lambda a: jax.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * a),
+                                                              (0, a))[1], x))  # through an inner program
+    assert not _reads_input(program(lambda a: jnp.full(3, 2.0) + 1.0, x))
+    assert not _reads_input(program(lambda a: jnp.asarray(np.arange(3.0)) * 2.0, x))  # a captured constant
+    assert not _reads_input(program(lambda a: (jnp.sin(a), jnp.zeros(3))[1], x))

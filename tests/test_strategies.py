@@ -1,6 +1,8 @@
 """The public strategies (naive_pool, subsample, match) against independent oracles:
 poolsim._reference (plain NumPy loops sharing no code with the core), scikit-learn's MeanShift
 (domain-level L2 matching), and the closed-form law of Def. 2 for subsampling."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -605,3 +607,150 @@ def test_subsample_squares_that_overflow_take_the_full_check():
     want = X.reshape(-1, 3)[flat].astype(np.float64).mean(axis=0)
     np.testing.assert_allclose(res.mean, want, rtol=1e-6)
     np.testing.assert_array_equal(res.mean, _scaled_subsample_mean(X, flat))
+
+
+# ---------------------------------------------------------------- the checks under jit; derivatives
+def _jit_error(f, *args):
+    """The message of the run-time error ``f(*args)`` raises (``pytest.fail`` if it returns): JAX reports
+    equinox's error_if as a JaxRuntimeError (a RuntimeError) at the call, or as a ValueError where it
+    surfaces when the result is waited for."""
+    with pytest.raises((RuntimeError, ValueError)) as err:
+        jax.block_until_ready(f(*args))
+    return str(err.value)
+
+
+def test_input_checks_hold_under_jit():
+    """The eager ValueErrors' value checks become run-time errors with the same message under jax.jit: one
+    compiled program per strategy, run on good and on bad inputs (NaN/inf in X, tau and tol not > 0,
+    counts out of range, a NaN init). Good inputs give the eager numbers."""
+    X = jnp.asarray(_data())
+    bad_X = jnp.asarray(_bad_x(np.nan))
+    counts = jnp.asarray(COUNTS)
+    fm = jax.jit(lambda x, tau, tol, c, init: poolsim.match(x, tau, tol=tol, counts=c, init=init).mean)
+    good = (X, 1.0, 1e-4, counts, jnp.asarray([2.0, 0.0, 0.0]))
+    np.testing.assert_allclose(fm(*good), poolsim.match(_data(), 1.0, counts=COUNTS, init=np.array([2.0, 0, 0])).mean,
+                               rtol=1e-12)
+    for i, value, message in [(0, bad_X, "X contains NaN or inf"), (0, X.at[0, 0, 0].set(-np.inf), "X contains NaN"),
+                              (1, 0.0, "tau must be a finite number in \\(0, inf\\)"), (1, -1.0, "tau must be"),
+                              (1, np.nan, "tau must be"), (2, 0.0, "tol must be a finite number in \\(0, inf\\)"),
+                              (3, counts.at[1].set(0), r"counts must be integers in \[1, N=5\]"),
+                              (3, counts.at[1].set(6), "counts must be integers"),
+                              (4, jnp.asarray([np.nan, 0.0, 0.0]), "init contains NaN or inf")]:
+        args = list(good)
+        args[i] = value
+        assert re.search(message, _jit_error(fm, *args)), (i, value)
+    fp = jax.jit(lambda x: poolsim.naive_pool(x).mean)
+    np.testing.assert_allclose(fp(X), poolsim.naive_pool(_data()).mean, rtol=1e-12)
+    assert "X contains NaN or inf" in _jit_error(fp, bad_X)
+    fs = jax.jit(lambda x: poolsim.subsample(3, x, 2, 4).mean)
+    assert "X contains NaN or inf" in _jit_error(fs, bad_X)
+    # vmap over a batch of data sets: one bad member is enough
+    assert "X contains NaN" in _jit_error(jax.jit(jax.vmap(lambda x: poolsim.match(x, 1.0).mean)),
+                                          jnp.stack([X, bad_X]))
+
+
+def test_traced_tau_with_numpy_X_is_traced_by_jax():
+    """A NumPy X with a traced tau (jit or vmap over tau, X fixed) is computed by JAX: the eager numbers."""
+    X = _data()
+    taus = np.array([0.5, 1.0, 2.0])
+    swept = jax.jit(jax.vmap(lambda t: poolsim.match(X, t).mean))(jnp.asarray(taus))
+    for t, got in zip(taus, np.asarray(swept)):
+        np.testing.assert_allclose(got, poolsim.match(X, t).mean, rtol=1e-12)
+
+
+def _samples_included(res, level):
+    """``(K, N)`` 0/1: the samples of the matched set (padding excluded by COUNTS)."""
+    valid = np.arange(5)[None, :] < COUNTS[:, None]
+    inc = _host(res.included)
+    return (inc[:, None] if level == "domain" else inc) * valid
+
+
+@pytest.mark.parametrize("metric,level", [("l2", "domain"), pytest.param("geodesic", "sample", marks=pytest.mark.slow),
+                                          pytest.param("cosine", "domain", marks=pytest.mark.slow)])
+def test_reverse_mode_through_match_is_the_matched_sets_mean(metric, level):
+    """jax.grad through match: at the fixed point the matched set is locally constant (no domain within
+    1e-6 of the radius on this data), so the matched mean is the plain mean of the matched samples and
+    d(w . mean)/dX[k, i] = w / n_matched for a matched sample, 0 otherwise (closed form). torch autograd
+    through the Python loop, central finite differences on NumPy float64 (step 1e-6; the function is
+    linear there, so only rounding remains: ~1e-16 * |w . mean| / 1e-6 ~ 1e-10) and jax.jacfwd agree."""
+    X = _data()
+    tau = TAUS[metric]
+    w = np.array([0.3, -0.7, 1.1])
+    res = poolsim.match(X, tau, metric=metric, level=level, counts=COUNTS)
+    assert res.converged
+    expected = _samples_included(res, level)[..., None] * w / float(res.n_matched)
+    assert 0 < expected.any(axis=-1).sum() < (np.arange(5)[None, :] < COUNTS[:, None]).sum()  # a real choice
+
+    def mean(x, t=tau):
+        return poolsim.match(x, t, metric=metric, level=level, counts=COUNTS).mean
+
+    def f(x, t=tau):
+        return mean(x, t) @ w
+
+    # jitted: one compile for the three derivatives (op by op, each JAX operation compiles on its own)
+    g, g_tau, jf = (np.asarray(a) for a in jax.jit(lambda x, t: (*jax.grad(f, argnums=(0, 1))(x, t),
+                                                                  jax.jacfwd(mean)(x, t)))(jnp.asarray(X), tau))
+    np.testing.assert_allclose(g, expected, rtol=1e-12, atol=1e-15)
+    Xt = torch.tensor(X, requires_grad=True)
+    (poolsim.match(Xt, tau, metric=metric, level=level, counts=torch.tensor(COUNTS)).mean @ torch.tensor(w)).backward()
+    np.testing.assert_allclose(Xt.grad.numpy(), expected, rtol=1e-12, atol=1e-15)
+    h = 1e-6
+    fd = np.zeros_like(X)
+    for idx in np.ndindex(X.shape):
+        e = np.zeros_like(X)
+        e[idx] = h
+        fd[idx] = (float(f(X + e)) - float(f(X - e))) / (2 * h)
+    np.testing.assert_allclose(g, fd, atol=1e-8)
+    np.testing.assert_allclose(np.einsum("j,j...->...", w, jf), expected, rtol=1e-12, atol=1e-15)
+    # tau moves the matched mean only by jumps (a domain crossing the radius): its derivative is 0
+    assert float(g_tau) == 0.0
+
+
+def test_reverse_mode_when_nothing_is_matched_is_the_starts():
+    """An empty first step keeps the start: the result is ``init`` (derivative: the identity in init, 0 in X)
+    or, with init="median", the median of the samples (JAX's and torch's derivatives of the median's sort
+    agree, and equal finite differences: the median is one of the samples, or the mean of two)."""
+    X = _data()
+    far = np.array([9.0, 9.0, 9.0])
+    res = poolsim.match(X, 0.01, init=far)
+    assert float(res.n_matched) == 0 and not res.converged
+    w = np.array([0.3, -0.7, 1.1])
+
+    def f(x):  # nothing lies within 1e-3 of the median
+        return poolsim.match(x, 1e-3, counts=COUNTS).mean @ w
+
+    assert float(poolsim.match(X, 1e-3, counts=COUNTS).n_matched) == 0
+    derivs = jax.jit(lambda x, c: (jax.jacrev(lambda x, c: poolsim.match(x, 0.01, init=c).mean, argnums=(0, 1))(x, c),
+                                   jax.grad(f)(x)))
+    (gx, gi), g = derivs(jnp.asarray(X), jnp.asarray(far))
+    np.testing.assert_array_equal(np.asarray(gx), 0.0)
+    np.testing.assert_array_equal(np.asarray(gi), np.eye(3))
+    g = np.asarray(g)
+    Xt = torch.tensor(X, requires_grad=True)
+    (poolsim.match(Xt, 1e-3, counts=torch.tensor(COUNTS)).mean @ torch.tensor(w)).backward()
+    np.testing.assert_allclose(g, Xt.grad.numpy(), rtol=1e-12, atol=1e-15)
+    assert np.count_nonzero(g) > 0
+    h, fd = 1e-7, np.zeros_like(X)
+    for idx in zip(*np.nonzero(g)):
+        e = np.zeros_like(X)
+        e[idx] = h
+        fd[idx] = (float(f(X + e)) - float(f(X - e))) / (2 * h)
+    np.testing.assert_allclose(g, fd, atol=1e-7)
+
+
+def test_match_multimodal_refuses_tracers_and_torch_autograd_works():
+    """Its host loop cannot be traced: one line naming what works. torch autograd: the centroids are
+    the means of the assigned samples (closed form), without a warning (filterwarnings=error)."""
+    X = _data()
+    init = np.array([[2.0, 0.0, 0.0], [-0.5, 1.5, 0.5]])
+    for transform in (jax.jit, jax.jacfwd, jax.grad):
+        with pytest.raises(TypeError, match=r"^match_multimodal cannot run under jax.jit, vmap, grad or jacfwd"
+                                            r" .*torch autograd works\)\n"):
+            transform(lambda x: poolsim.match_multimodal(x, [1.0, 1.0], init=init).centroids.sum())(jnp.asarray(X))
+    Xt = torch.tensor(X, requires_grad=True)
+    res = poolsim.match_multimodal(Xt, [1.0, 1.0], init=init, counts=torch.tensor(COUNTS))
+    res.centroids[0].sum().backward()
+    valid = np.arange(5)[None, :] < COUNTS[:, None]
+    a = res.assigned.detach().numpy()[:, 0][:, None] * valid
+    assert a.sum() > 0
+    np.testing.assert_allclose(Xt.grad.numpy(), np.repeat((a / a.sum())[..., None], 3, axis=-1), rtol=1e-12)

@@ -1,6 +1,7 @@
 """Unit tests of poolsim.theory: closed forms against independent computations, bad input."""
 import math
 
+import jax
 import numpy as np
 import pytest
 from scipy import integrate, stats
@@ -156,7 +157,8 @@ def test_tau_band_and_recommend_tau():
                                 init=np.array([50.0])), "empty"),
     (lambda: theory.match_limit("gauss", sigma=0.8, tau=1.0), "MetaDist"),
     (lambda: theory.pool_limit(metadist.balanced(1.0, d=2), sigma=0.8), "i.i.d."),
-    (lambda: theory.pool_limit(metadist.from_callable(lambda k, K: None, d=2), sigma=0.8), "Cov"),
+    (lambda: theory.pool_limit(metadist.from_callable(lambda k, K: jax.random.normal(k, (K, 2)), d=2), sigma=0.8),
+     "Cov"),
     (lambda: theory.mse_pool(metadist.symmetric_gaussian(1.0, d=2), sigma=-1, K=3, N=3), "sigma"),
     (lambda: theory.tau_band(0.1, 1.0, 2.0, 1.0), "m_M <= L_M"),
     (lambda: theory.tau_band(0.1, 1.0, 0.0, 1.0), "m_M"),
