@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 import poolsim
-from poolsim import _advise, _core, _worlds, advise
+from poolsim import _advise, _core, _scenarios, _worlds, advise
 
 SIGMA = 0.8
 
@@ -142,53 +142,40 @@ def _plain_match(m, n, tau, c):
     return c
 
 
-def _family_da(rng):  # the domain-addition figure's law at K = 30: every third domain at radius 2.5
-    mu = 0.5 * rng.normal(size=(30, 2))
-    for k in range(2, 30, 3):
-        v = np.array([1.0, 0.0]) + 0.2 * rng.normal(size=2)
-        mu[k] = 2.5 * v / np.linalg.norm(v)
-    return mu, np.full(30, 100)
+# what each scenario family is held to: within 1.25 of the best, beating pooling (a paired 95% interval
+# above 0), or no worse than pooling (the interval not below 0); the measured regrets behind these
+# choices are in docs/advice.md (the weak families are held to what they do reach)
+CLAIMS = {
+    "paper asymptotic (K=50)": "beats pool", "paper asymptotic (K=30)": "beats pool",
+    "paper domain addition": 1.25, "heavy-tailed means (t2)": 1.25, "outliers along two directions": "beats pool",
+    "clean (no outliers)": 1.25, "larger d (d=20)": 1.25, "few domains (K=8)": "beats pool",
+    "unequal domain sizes": "beats pool", "gradual drift": "beats pool", "tight outlier cluster": "not worse",
+    "anisotropic (d=64)": "beats pool", "CLIP width (d=768, K=6)": 1.25,
+}
 
 
-def _family_t2(rng):
-    return 0.5 * rng.standard_t(2, size=(30, 2)), np.full(30, 100)
-
-
-def _family_clean(rng):
-    return 0.5 * rng.normal(size=(30, 2)), np.full(30, 100)
-
-
-def _family_wide(rng):  # d = 768, K = 12, two far domains
-    mu = 0.05 * rng.normal(size=(12, 768))
-    mu[:2, 0] += 4.0
-    return mu, np.full(12, 200)
-
-
-def _family_asymptotic(rng):  # the asymptotic figure's law at K = 50
-    mu = 0.5 * rng.normal(size=(50, 2))
-    mu[rng.random(50) < 0.3, 0] += 1.5
-    return mu, np.full(50, 150)
+def test_every_scenario_has_a_claim():
+    assert set(CLAIMS) == set(_scenarios.SCENARIOS)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family,bound", [(_family_da, 1.25), (_family_t2, 1.25), (_family_clean, 1.25),
-                                          (_family_wide, 1.25), (_family_asymptotic, None)],
-                         ids=["domain-addition", "heavy-tailed", "clean", "d768", "asymptotic"])
-def test_regret_of_following_the_advice(family, bound):
-    """Two observed data sets per family; the true risk of the advice (its estimator, tau and start) and
-    of the best of pooling and matching over 40 taus, on 200 fresh data sets (paired). The regret (ratio
-    of mean errors) is at most ``bound`` + 3 standard errors (delta method on the paired ratio). At the
-    asymptotic figure's law the advice does not reach 1.25 on every data set (the validation table,
-    docs/advice.md); there the claim tested is that following it beats pooling (paired 95% interval)."""
+@pytest.mark.parametrize("name", list(CLAIMS))
+def test_regret_of_following_the_advice(name):
+    """Two observed data sets per scenario (:mod:`poolsim._scenarios`); the true risk of the advice (its
+    estimator, tau and start) and of the best of pooling and matching over 40 taus, on 200 fresh data
+    sets (paired), from the plain loop above. Held to :data:`CLAIMS`: a regret (ratio of mean errors) of
+    at most 1.25 + 3 standard errors (delta method on the paired ratio), or the advice against pooling
+    by the paired 95% interval of eps(pool) - eps(advice)."""
+    family, claim = _scenarios.SCENARIOS[name], CLAIMS[name]
     rng = np.random.default_rng(5)
-    observed = [_observe(rng, *family(rng)) for _ in range(2)]
+    observed = [_scenarios.observe(rng, family) for _ in range(2)]
     advice = [advise(means=m, sizes=n, sigma=SIGMA, seeds=300) for m, n in observed]
     scale = float(np.median([a.fitted["scale"] for a in advice]))
     grid = scale * np.geomspace(0.05, 8.0, 40)
     fresh_rng = np.random.default_rng(6)
     pool, match, followed = [], [], []
     for _ in range(200):
-        m, n = _observe(fresh_rng, *family(fresh_rng))
+        m, n = _scenarios.observe(fresh_rng, family)
         p = np.linalg.norm((n[:, None] * m).sum(axis=0) / n.sum())
         c0 = _gm(m)
         pool.append(p)
@@ -202,9 +189,11 @@ def test_regret_of_following_the_advice(family, bound):
         f = followed[:, j]
         ratio = f.mean() / best.mean()
         se = np.std(f - ratio * best, ddof=1) / math.sqrt(f.size) / best.mean()
-        if bound is not None:
-            assert ratio <= bound + 3 * se, (j, ratio, se, advice[j].strategy, advice[j].tau)
-        else:
-            diff = pool - f
-            half = stats.t.ppf(0.975, diff.size - 1) * diff.std(ddof=1) / math.sqrt(diff.size)
+        diff = pool - f
+        half = stats.t.ppf(0.975, diff.size - 1) * diff.std(ddof=1) / math.sqrt(diff.size)
+        if claim == "beats pool":
             assert diff.mean() - half > 0, (j, diff.mean(), half)
+        elif claim == "not worse":
+            assert diff.mean() + half >= 0, (j, diff.mean(), half)
+        else:
+            assert ratio <= claim + 3 * se, (j, ratio, se, advice[j].strategy, advice[j].tau)
