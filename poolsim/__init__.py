@@ -17,6 +17,7 @@ from ._strategies import Matched as Matched
 from ._multimodal import MultiMatched as MultiMatched
 from ._advise import advise as advise
 from ._advise import Advice as Advice
+from ._advise import WorldResult as WorldResult
 from ._da import da_score as da_score
 from ._verdict import decide as decide_claim
 from ._verdict import Verdict as Verdict
@@ -33,7 +34,7 @@ __all__ = [
     # the strategies and what they return
     "naive_pool", "subsample", "match", "match_multimodal", "Pooled", "Subsampled", "Matched", "MultiMatched",
     # choosing a strategy, scoring data, deciding claims
-    "advise", "Advice", "da_score", "decide_claim", "Verdict", "verdict",
+    "advise", "Advice", "WorldResult", "da_score", "decide_claim", "Verdict", "verdict",
     # meta-distributions, theory, the normalizing-flow bridge, the array-API core
     "metadist", "theory", "flows", "core",
     # running grids on a scheduler; file-system plumbing (locks, atomic writes, cache folder)
