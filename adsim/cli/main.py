@@ -204,6 +204,8 @@ def _check_weights(args) -> None:
     (``adsim.config.choices.require_weights``), and ``--random-weights`` needs a backbone to build."""
     if not hasattr(args, "random_weights"):
         return
+    if isinstance(getattr(args, "recipe", None), str):  # a wrong recipe or --set is the first thing to hear of
+        recipes.override(recipes.get(args.recipe), **recipes.parse_sets(getattr(args, "set", None)))
     builds = {"train": True, "table": True, "protocol": not getattr(args, "simulate", False),
               "eval": args.command == "eval" and args.zero_shot is not None,
               "predict": args.command == "predict" and args.zero_shot is not None}[args.command]
