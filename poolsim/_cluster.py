@@ -208,10 +208,10 @@ def run_jobs(folder, jobs: list, res: Resources, *, done: Callable[[str], bool] 
             running[j.name] = (old, None)
         else:
             queue.append(j)
-    try:
-        from tqdm.auto import tqdm
+    from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(jobs), desc=desc, disable=not progress)
+    bar = tqdm(total=len(jobs), desc=desc, disable=not progress)  # closed on every way out (finally)
+    try:
         while queue or running:
             used = {slot for _, slot in running.values()}
             free = [None] * len(queue) if res.executor == "slurm" else [i for i in range(len(slots)) if i not in used]
@@ -253,13 +253,13 @@ def run_jobs(folder, jobs: list, res: Resources, *, done: Callable[[str], bool] 
                 else:
                     failed.append((name, str(_log(sj)), _reason(sj)))
                     bar.update(1)
-        bar.close()
     except BaseException:
         if res.executor == "processes":  # local jobs are children of this driver: end them with it
             for sj, _ in running.values():
                 sj.cancel(check=False)
         raise
     finally:
+        bar.close()
         quiet.level = level
     return Outcome(results, failed, [])
 

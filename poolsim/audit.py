@@ -838,8 +838,9 @@ def run(seeds: int = 1000, progress: bool = True) -> list[Row]:
 
     ctx = Context(seeds)
     rows: list[Row] = []
-    for check in tqdm(CHECKS, desc="claims audit", disable=not progress, file=sys.stderr):
-        rows.extend(check(ctx))
+    with tqdm(CHECKS, desc="claims audit", disable=not progress, file=sys.stderr) as bar:  # closed if a check fails
+        for check in bar:
+            rows.extend(check(ctx))
     return rows
 
 

@@ -158,6 +158,7 @@ def help_loaded():
     :data:`HELP_COMMANDS`, run one after the other in ONE fresh interpreter: what is loaded after each
     command is what that command and the ones before it loaded (a module, once imported, stays in
     ``sys.modules``), so every entry is empty exactly when no command loads a heavy library."""
+    pytest.importorskip("lazy_loader", reason='adsim\'s CLI needs the adsim extra (pip install -e ".[adsim]")')
     code = ("import sys, runpy\n"
             "for command in " + repr(list(HELP_COMMANDS)) + ":\n"
             "    sys.argv = ['adsim', command, '--help']\n"

@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="these tests compare the core on NumPy, JAX and torch: the adsim extra")
 
 from poolsim import _core
 

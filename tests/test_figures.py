@@ -252,7 +252,10 @@ def test_failure_midway_leaves_out_untouched(tmp_path, monkeypatch, capsys):
 
 def test_background_figure_errors_surface_and_a_failure_stops_it(tmp_path, monkeypatch, capsys):
     # Figures without SIMULATIONS are computed in a background thread: (1) its error is the run's
-    # one-line error; (2) when a main-thread figure fails first, its next progress call raises
+    # one-line error; (2) when a main-thread figure fails first, its next progress call raises.
+    # The error line is the last thing written to stderr and starts a line of its own: every progress bar
+    # was closed before it (a bar closed after it writes after it; the cursor-up escape a bar below the
+    # first writes when it closes would precede it on its line), whichever thread makes its bar first.
     import threading
 
     import poolsim.figures as figs
@@ -260,9 +263,10 @@ def test_background_figure_errors_surface_and_a_failure_stops_it(tmp_path, monke
     stopped = threading.Event()
 
     def slow_compute(*, seeds, quick, progress=None):
-        for _ in range(2000):  # ~20 s unless stopped
+        deadline = time.monotonic() + 600  # a guard against a hang only: the loop ends when it is stopped
+        while time.monotonic() < deadline:
             try:
-                progress(1)
+                progress(0)
             except RuntimeError:
                 stopped.set()
                 raise
@@ -283,8 +287,9 @@ def test_background_figure_errors_surface_and_a_failure_stops_it(tmp_path, monke
         monkeypatch.setattr(figs, "available", lambda mods=mods: tuple(mods))
         monkeypatch.setattr(figs, "load", mods.__getitem__)
         assert cli.main(["--out", str(out), "--format", "png"]) == 1
-        err = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
-        assert err == [f"poolsim.figures: error: {message}"]
+        err = capsys.readouterr().err
+        assert ("\n" + err).endswith(f"\npoolsim.figures: error: {message}\n"), repr(err[-200:])
+        assert [ln for ln in err.splitlines() if "error" in ln] == [f"poolsim.figures: error: {message}"]
         assert list(out.iterdir()) == []
     assert stopped.is_set()
 

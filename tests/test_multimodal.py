@@ -3,7 +3,7 @@ bad input. Oracle: poolsim._reference.ref_match_multimodal (plain loops, no shar
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
+from optional_torch import needs_torch, torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -134,6 +134,7 @@ def test_matches_loop_reference(rng, level, metric):
 
 
 @pytest.mark.slow
+@needs_torch
 def test_backends_agree(rng):
     mu = np.array([[3.0, 0.0], [0.0, 3.0]])
     X = mu[np.arange(6) % 2][:, None, :] + 0.7 * rng.normal(size=(6, 15, 2))

@@ -9,9 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from optional_torch import needs_torch, torch
 
 import poolsim
 from poolsim._strategies import pow2_exponent
@@ -108,6 +108,7 @@ def test_pooled_and_subsampled_means_stay_finite_up_to_the_dtype_range(s):
     np.testing.assert_allclose(np.ldexp(np.asarray(sub.mean), k), ref, rtol=1e-12, atol=step)
 
 
+@needs_torch
 def test_torch_gradients_and_jax_jit_through_the_rescale():
     """torch: d(sum of the matched mean)/dX is scale-free (the mean is linear in the matched samples), so
     the gradient at scale 1e200 equals the one at scale 1. jax.jit: the traced call (no rescale: values
@@ -127,11 +128,13 @@ def test_torch_gradients_and_jax_jit_through_the_rescale():
 
 COMPLEX = {"numpy complex": np.ones((2, 3, 2), complex), "numpy object": np.ones((2, 3, 2), object),
            "numpy string": np.full((2, 3, 2), "1.5"), "list of complex": [[[1j, 2.0]]],
-           "torch complex": torch.ones((2, 3, 2), dtype=torch.complex64),
+           **({"torch complex": torch.ones((2, 3, 2), dtype=torch.complex64)} if torch else {}),
            "jax complex": jnp.ones((2, 3, 2), jnp.complex64)}
+COMPLEX_NAMES = ["numpy complex", "numpy object", "numpy string", "list of complex",
+                 pytest.param("torch complex", marks=needs_torch), "jax complex"]
 
 
-@pytest.mark.parametrize("name", list(COMPLEX))
+@pytest.mark.parametrize("name", COMPLEX_NAMES)
 @pytest.mark.parametrize("call", ["match", "naive_pool", "subsample", "match_multimodal"])
 def test_non_real_arrays_are_a_type_error_naming_the_argument(name, call):
     X = COMPLEX[name]

@@ -7,14 +7,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
+from optional_torch import needs_torch, torch
 from sklearn.cluster import MeanShift
 
 import poolsim
 from poolsim import _reference as ref
 
-BACKENDS = {"numpy": np.asarray, "jax": jnp.asarray, "torch": torch.tensor}
-ARRAY_TYPE = {"numpy": np.ndarray, "jax": jax.Array, "torch": torch.Tensor}
+BACKENDS = {"numpy": np.asarray, "jax": jnp.asarray, **({"torch": torch.tensor} if torch else {})}
+ARRAY_TYPE = {"numpy": np.ndarray, "jax": jax.Array, **({"torch": torch.Tensor} if torch else {})}
+BACKEND_NAMES = ["numpy", "jax", pytest.param("torch", marks=needs_torch)]
 # Thresholds per metric: on the data below each excludes the two outlying domains but keeps the
 # core group (checked in the test, so a tau that matches everything or nothing would fail).
 TAUS = {"l2": 1.0, "cosine": 0.08, "geodesic": 0.4}
@@ -22,7 +23,7 @@ COUNTS = np.array([5, 3, 4, 5, 2, 5])  # ragged: the first counts[k] rows of X[k
 
 
 def _host(a):
-    return a.detach().cpu().numpy() if torch.is_tensor(a) else np.asarray(a)
+    return a.detach().cpu().numpy() if torch is not None and torch.is_tensor(a) else np.asarray(a)
 
 
 def _data(seed=0):
@@ -41,7 +42,7 @@ CASES = ([("naive_pool", None, None), ("subsample", None, None)]
 
 
 @pytest.mark.parametrize("ragged", [False, True], ids=["full", "ragged"])
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 @pytest.mark.parametrize("strategy,metric,level", CASES)
 def test_strategy_matches_reference(strategy, metric, level, backend, ragged):
     X = _data()
@@ -134,7 +135,7 @@ def test_domain_level_l2_match_equals_sklearn_meanshift(seed):
     assert 3 <= res.included.sum() < K
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 @pytest.mark.parametrize("level", ["domain", "sample"])
 def test_empty_matched_set_keeps_previous_centroid(backend, level):
     X = BACKENDS[backend](_data())
@@ -253,7 +254,8 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("case", list(BAD))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=needs_torch) if "torch" in c else c
+                                  for c in BAD])
 def test_bad_input_raises_value_error_naming_argument(case):
     call, name = BAD[case]
     with pytest.raises(ValueError, match=rf"\b{name}\b") as err:
@@ -264,7 +266,7 @@ def test_bad_input_raises_value_error_naming_argument(case):
 
 
 # ---------------------------------------------------------------- issue 16: padding and stopping
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 @pytest.mark.parametrize("metric", list(TAUS))
 def test_sample_level_never_reports_padding_as_included(backend, metric):
     """Ragged counts, level="sample": padding rows are never in ``included``, even when the
@@ -284,7 +286,7 @@ def test_sample_level_never_reports_padding_as_included(backend, metric):
     np.testing.assert_allclose(_host(res.mean), X[valid].mean(axis=0), rtol=1e-12)
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 @pytest.mark.parametrize("level", ["domain", "sample"])
 def test_match_stops_at_the_first_step_below_tol(backend, level):
     """``converged`` means the last step moved less than ``tol`` and no earlier one did: checked by
@@ -312,6 +314,7 @@ def test_match_stops_at_the_first_step_below_tol(backend, level):
     np.testing.assert_allclose(_host(res.centroid), [0.9 / 900], rtol=1e-12)
 
 
+@needs_torch
 def test_subsample_indices_are_int64_on_numpy_and_torch():
     """``subsample``'s ``domains`` and ``indices`` come back in the input's library with that library's
     index dtype, int64 (NumPy's ``intp``, torch's ``long``; the JAX draw itself is int32), so they
@@ -334,7 +337,7 @@ def test_empty_axis_message_names_the_axis(axis):
         poolsim.naive_pool(np.zeros(shape))
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 def test_integer_X_is_pooled_in_the_library_default_float(backend):
     """An integer ``X`` is converted to its library's default float (NumPy float64, torch float32,
     JAX float64 under x64, as ``xp.asarray(0.0)``) before any arithmetic: the mean of 1 and 2 is 1.5
@@ -469,7 +472,7 @@ def test_naive_pool_plain_sum_is_the_scaled_paths_bits(shape, dtype, scale, ragg
     assert float(res.n_samples) == (K * N if counts is None else counts.sum())
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 @pytest.mark.parametrize("d", [2, 3])
 @pytest.mark.parametrize("where", ["sample", "padding"])
 @pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "inf and -inf"])
@@ -487,7 +490,7 @@ def test_naive_pool_non_finite_X_raises_even_in_padding(bad, where, d, backend):
         poolsim.naive_pool(BACKENDS[backend](X), counts=None if counts is None else BACKENDS[backend](counts))
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 @pytest.mark.parametrize("d", [2, 5])
 def test_naive_pool_falls_back_when_the_plain_float32_sum_overflows(d, backend):
     """float32 values near 3e38: the plain sum overflows to inf (no warning), naive_pool falls back to the
@@ -505,7 +508,7 @@ def test_naive_pool_falls_back_when_the_plain_float32_sum_overflows(d, backend):
         np.testing.assert_array_equal(mean, _scaled_pool(X))
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 @pytest.mark.parametrize("shape", [(3, 4, 2), (3, 4, 5)])
 def test_naive_pool_of_all_zero_X_is_zero(shape, backend):
     """Mean of zeros: 0 (the definition), not NaN; the zero mean takes the fallback (exponent 0 for zeros)."""
@@ -529,7 +532,7 @@ def test_naive_pool_near_the_threshold_2_to_the_minus_q(dtype, q, offset):
     assert _plain_mean_stands(mean) == (offset >= 0)  # the data sit on the intended side of 2**-q
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS) + ["numpy array-API"])
+@pytest.mark.parametrize("backend", BACKEND_NAMES + ["numpy array-API"])
 def test_naive_pool_mixed_scales_documented_behaviour(backend, monkeypatch):
     """X = [2^40, -2^40, 2^-100 + 2^-120] (float32; benchmarks/RESULTS.md). Alone (d = 1) the mean,
     2^-100 / 3, is below 2^-32: the plain mean does not stand and the result is the scaled one, 85 * 2^-108
@@ -583,7 +586,7 @@ def test_subsample_plain_mean_is_the_scaled_paths_bits(shape, dtype, scale):
     assert res.mean.dtype == np.dtype(dtype)
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 @pytest.mark.parametrize("bad", ["nan", "inf", "-inf"])
 def test_subsample_non_finite_X_raises_even_outside_the_picked_rows(bad, backend):
     """NaN/inf anywhere in X is a ValueError naming X, also in a domain the draw does not pick (m = 1)."""

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
+from optional_torch import needs_torch, torch
 
 import poolsim
 from poolsim import _threefry as T
@@ -99,6 +99,7 @@ def _draws(key, X, m, n):
             for conv in (np.asarray, torch.tensor, jnp.asarray)]
 
 
+@needs_torch
 @X64
 @pytest.mark.parametrize("shape,m,n", [((50, 100, 2), 25, 50), ((300, 5, 3), 1, 9)])
 def test_subsample_same_seed_same_result_on_every_backend(x64, shape, m, n, rng):

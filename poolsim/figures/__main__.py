@@ -208,17 +208,22 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
     # instead of 15 s on 2 cores, benchmarks/results/figures_run.md).
     # Results do not depend on the thread (every computation has its own seeds); plotting stays in
     # this thread (matplotlib is not thread-safe).
+    # The bars: "figures" on the first line from the start (made before the background threads make
+    # theirs) to the end, below it the simulations' bar and the background figures' bars, each removed when
+    # done. "figures" is closed last, after the background threads and their bars have ended, and ends its
+    # line: an error printed after this function starts on a line of its own, and no bar writes after it.
+    figures_bar = tqdm(total=len(modules), desc="figures", unit="fig")
     background = ThreadPoolExecutor(max_workers=2)
     pending = {name: background.submit(compute, name, mod)
                for name, mod in zip(names, modules) if not hasattr(mod, "SIMULATIONS")}
     try:
         if jobs:
             with tqdm(total=S * len({(n, tuple(sorted(p.items()))) for n, p in jobs}),
-                      desc="simulating (seeds)", unit="seed") as bar:
+                      desc="simulating (seeds)", unit="seed", leave=False) as bar:
                 _data.prefetch(jobs, seeds=S, progress=bar.update)
         sections, verdicts = {}, []
         old_verdicts = _text(out / "verdicts.csv")
-        for name, mod in zip(names, tqdm(modules, desc="figures", unit="fig")):
+        for name, mod in zip(names, modules):
             df = pending[name].result() if name in pending else compute(name, mod)
             df = _as_committed(df, name, _text(out / f"{name}.csv"), old_verdicts, close)
             df.to_csv(tmp / f"{name}.csv", index=False)
@@ -234,6 +239,7 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
                 _renders.store(mod, name, formats, df, tmp)
             sections[name] = mod.summarize(df).rstrip("\n") + "\n"
             verdicts.append(_data.verdicts_of(df))
+            figures_bar.update(1)
         table = pd.concat(verdicts, ignore_index=True)
         if keep:  # keep the other figures' rows and sections already in --out
             table, sections = _merge(out, names, table, sections)
@@ -257,6 +263,7 @@ def _make(names, out: Path, seeds: int, quick: bool, formats, only: bool, paper:
     finally:
         stop.set()
         background.shutdown(wait=True, cancel_futures=True)
+        figures_bar.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return Written(written, close)
 

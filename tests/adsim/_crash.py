@@ -2,8 +2,9 @@
 with ``--resume`` after each kill, compared bitwise with an uninterrupted run. Used by
 ``test_adsim_crash.py`` (a handful of moments) and ``benchmarks/crash_soak.py`` (many).
 
-A *moment* is ``("write", NAME, N)`` -- killed inside the N-th atomic write of the file NAME of that
-process (the temporary file written, not yet moved in place: ``_killed_child.py``) -- or ``("timer", S)``
+A *moment* is ``("write", NAME, N)`` -- killed inside the N-th atomic write of the file NAME (or of the
+files a pattern NAME matches) of that process (the temporary file written, not yet moved in place:
+``_killed_child.py``) -- or ``("timer", S)``
 -- killed S seconds after the process started (anywhere: importing, inside an epoch, between epochs,
 inside a write). A timed kill that comes after the process has finished kills nothing.
 """

@@ -3,8 +3,10 @@ chosen moment when the environment asks for one.
 
 ``ADSIM_TEST_KILL_BEFORE_REPLACE=NAME:N``: the process kills itself inside the N-th atomic write of the
 file NAME (e.g. ``checkpoint_last.pt``) of this run -- its temporary file complete and fsynced, not yet
-moved over NAME: the moment a non-atomic writer would leave half a file. Timed kills at random moments
+moved over NAME: the moment a non-atomic writer would leave half a file. NAME may be a pattern
+(``fnmatch``) of the file's name or of ``FOLDER/NAME`` (``cells/*.json``: the N-th cell file written). Timed kills at random moments
 come from the parent (``os.kill`` after a delay)."""
+import fnmatch
 import os
 import signal
 import sys
@@ -20,7 +22,8 @@ if spec:
     real_replace = os.replace
 
     def replace(src, dst, *args, **kwargs):
-        if os.path.basename(os.fspath(dst)) == name:
+        folder, base = os.path.split(os.fspath(dst))
+        if fnmatch.fnmatchcase(base, name) or fnmatch.fnmatchcase(f"{os.path.basename(folder)}/{base}", name):
             seen[0] += 1
             if seen[0] == int(nth):
                 os.kill(os.getpid(), signal.SIGKILL)

@@ -27,7 +27,8 @@ HOLD = "import sys, time; from poolsim.io import folder_lock; l = folder_lock(sy
 
 @contextlib.contextmanager
 def _holder(folder: Path, seconds: float):
-    """A process holding ``folder``'s lock for ``seconds`` (yielded once it holds it)."""
+    """A process holding ``folder``'s lock for ``seconds`` (yielded once it holds it; killed on the way out,
+    so 600 means: until the test is done, however long a busy machine takes)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(folder), str(seconds)], stdout=subprocess.PIPE,
                             text=True, env=env, cwd=ROOT)
@@ -48,7 +49,7 @@ def _predict(toy_root, out, *extra):
 
 def test_a_second_writer_is_refused_naming_the_holder(toy_root, tmp_path, capsys):
     out = tmp_path / "out"
-    with _holder(out, 60) as holder:
+    with _holder(out, 600) as holder:
         for argv in (["train", "--data", str(toy_root), *TRAIN, "--epochs", "1", "--out", str(out)], None):
             capsys.readouterr()
             assert (main(argv) if argv else _predict(toy_root, out)) == 2
@@ -64,7 +65,7 @@ def test_wait_waits_for_the_holder_and_a_dead_holder_does_not_block(toy_root, tm
     with _holder(out, 3) as holder:
         assert _predict(toy_root, out, "--wait") == 0
         assert holder.poll() is not None  # the lock is released when the holder exits: it had to end first
-    with _holder(out, 60) as holder:
+    with _holder(out, 600) as holder:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
         assert f"pid {holder.pid}" in (out / ".lock").read_text()  # the stale lock file still names it
