@@ -212,7 +212,8 @@ def asarray_like(X: Any, a: Any):
     ``X``'s device; a floating ``a`` also gets ``X``'s dtype, an integer one keeps its own."""
     xp = _core.namespace(X)
     a = np.array(a)  # a writable copy: torch warns on read-only arrays (e.g. views of JAX arrays)
-    out = xp.asarray(a, device=device(X))
+    # a traced X has no device to ask for (JAX 0.8's linearize tracers lack one); the trace places it
+    out = xp.asarray(a) if _checks.is_tracer(X) else xp.asarray(a, device=device(X))
     return xp.astype(out, X.dtype) if np.issubdtype(a.dtype, np.floating) else out
 
 

@@ -54,6 +54,7 @@ def test_a_quick_run_leaves_the_committed_figures_alone(tmp_path):
 
 
 def test_predict_without_weights_stops_in_one_line_naming_checkpoint(tmp_path):
+    pytest.importorskip("lazy_loader", reason='adsim\'s CLI needs the adsim extra (pip install -e ".[adsim]")')
     scans = tmp_path / "scans"
     scans.mkdir()
     (scans / "a.png").write_bytes(b"not read: the command stops first")
@@ -67,6 +68,7 @@ def test_predict_without_weights_stops_in_one_line_naming_checkpoint(tmp_path):
 
 
 def test_adsim_help_is_plain_text():
+    pytest.importorskip("lazy_loader", reason='adsim\'s CLI needs the adsim extra (pip install -e ".[adsim]")')
     r = _run("-m", "adsim", "--help")
     assert r.returncode == 0 and r.stdout.startswith("usage: python -m adsim")
     assert not re.search(r"``|:func:|:class:|:mod:|`\w", r.stdout), r.stdout
