@@ -622,6 +622,7 @@ def _jit_error(f, *args):
     return str(err.value)
 
 
+@pytest.mark.slow  # the quick tier has its user-level twin in tests/test_user_hour_api.py
 def test_input_checks_hold_under_jit():
     """The eager ValueErrors' value checks become run-time errors with the same message under jax.jit: one
     compiled program per strategy, run on good and on bad inputs (NaN/inf in X, tau and tol not > 0,
@@ -652,6 +653,7 @@ def test_input_checks_hold_under_jit():
                                           jnp.stack([X, bad_X]))
 
 
+@pytest.mark.slow  # the quick tier has its user-level twin in tests/test_user_hour_api.py
 def test_traced_tau_with_numpy_X_is_traced_by_jax():
     """A NumPy X with a traced tau (jit or vmap over tau, X fixed) is computed by JAX: the eager numbers."""
     X = _data()
@@ -711,6 +713,7 @@ def test_reverse_mode_through_match_is_the_matched_sets_mean(metric, level):
     assert float(g_tau) == 0.0
 
 
+@pytest.mark.slow  # the quick tier has its user-level twin in tests/test_user_hour_api.py
 def test_reverse_mode_when_nothing_is_matched_is_the_starts():
     """An empty first step keeps the start: the result is ``init`` (derivative: the identity in init, 0 in X)
     or, with init="median", the median of the samples (JAX's and torch's derivatives of the median's sort
