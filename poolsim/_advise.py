@@ -2,8 +2,9 @@
 
 Advice is an estimator like any other, so it is chosen by its risk where the truth is known: in
 *plausible worlds* fitted to the user's K domain means (:mod:`poolsim._worlds`: a high-breakdown
-isotropic fit, and every Gaussian-mixture fit within a BIC margin of the best; the outliers
-resampled from the observed outlying domains as they are, in any direction and shape).
+isotropic fit whose outliers are the observed outlying domains resampled as they are, in any
+direction and shape; and every spherical Gaussian-mixture fit within a BIC margin of the best, whose
+outliers are drawn from its other components).
 
 In each world, ``seeds`` simulated data sets (common random numbers across the candidates) give
 the mean error ``||estimate - target||`` of pooling and of matching at each tau of a grid scaled by
@@ -202,7 +203,7 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
     if K < 3:
         raise ValueError(f"advise needs K >= 3 domains, got K = {K}")
     worlds = _worlds.plausible(m, sz, sig)
-    robust = _worlds.robust(m, sz, sig)
+    robust = worlds[0]  # plausible() puts the robust world first
     scale = math.sqrt(robust.spread ** 2 + d * float(np.mean(sig * sig / sz)))
     taus = np.array(TAU_SCALES) * max(scale, 1e-300)
     risks, fresh = [], []
@@ -220,7 +221,7 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
     near = [float(t) for t, w in zip(taus, worst[1:]) if w <= 1.05 * worst[best]]
     tau_range = (min(near), max(near)) if near else (tau, tau)
     names = ["pool"] + [f"tau={t:.4g}" for t in taus]
-    results = tuple(_worlds_result(w, names[int(np.argmin(r))], float(g[best]))
+    results = tuple(WorldResult(w.name, float(w.share), names[int(np.argmin(r))], float(g[best]))
                     for w, r, g in zip(worlds, R, regret))
 
     col = 0 if best == 0 else best + 1  # the advice's column in the fresh (pool, sub, taus) errors
@@ -252,10 +253,6 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
                   share=robust.share, outliers=np.flatnonzero(robust.weights > 0), scale=scale)
     return Advice(strategy, estimator, tau, tau_range, float(worst[best]), results, v_pool[hard], v_sub[hard],
                   eps, estimate, init, fitted, seeds, reason)
-
-
-def _worlds_result(w, best: str, regret: float) -> WorldResult:
-    return WorldResult(w.name, float(w.share), best, regret)
 
 
 __all__ = ["Advice", "WorldResult", "advise"]

@@ -192,7 +192,7 @@ def draw(world: World, means: np.ndarray, sizes: np.ndarray, sigma: float,
         basis = basis[:, np.linalg.norm(used @ basis, axis=0) > 1e-12 * max(np.abs(used).max(), 1e-300)]
     r = basis.shape[1]
     if d <= r + K:  # small d: draw as it is
-        return np.where(out[..., None], offsets[pick], sd[..., None] * rng.standard_normal((S, K, d))), n
+        return np.where(out[..., None], offsets_pick, sd[..., None] * rng.standard_normal((S, K, d))), n
     # span part: outliers' coordinates, inliers' Gaussian coordinates; the d - r orthogonal
     # coordinates of K isotropic normals have the Gram law of the rows of a Bartlett factor L (K, K)
     # of Wishart_K(d - r, I): L_ii ~ sqrt(chi2_{d - r - i}), L_ij ~ N(0, 1) below the diagonal
