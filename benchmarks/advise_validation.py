@@ -24,44 +24,20 @@ import time
 import numpy as np
 
 import poolsim
+from poolsim._reference import ref_geometric_median, ref_match_means
 from poolsim._scenarios import PAPER, SCENARIOS, SIGMA, observe
 
 
-# --- the plain reference: one data set at a time ----------------------------------------------------
-def geometric_median(m):
-    c = m.mean(axis=0)
-    for _ in range(200):
-        r = np.linalg.norm(m - c, axis=1)
-        if np.any(r < 1e-12):
-            return m[np.argmin(r)]
-        c_new = (m / r[:, None]).sum(axis=0) / (1.0 / r).sum()
-        if np.linalg.norm(c_new - c) < 1e-12:
-            return c_new
-        c = c_new
-    return c
-
-
-def matched_mean(m, n, tau, c, tol=1e-4, max_iter=100):
-    for _ in range(max_iter):
-        inside = np.linalg.norm(m - c, axis=1) < tau
-        if not inside.any():
-            return c
-        new = (n[inside, None] * m[inside]).sum(axis=0) / n[inside].sum()
-        if np.linalg.norm(new - c) < tol:
-            return new
-        c = new
-    return c
-
-
 def true_risks(scenario, taus, fresh, seed):
-    """Mean ||error|| of pooling and of matching at each tau over ``fresh`` new data sets."""
+    """Mean ||error|| of pooling and of matching at each tau over ``fresh`` new data sets: the plain
+    reference, one data set at a time (:mod:`poolsim._reference`, which shares no code with advise)."""
     rng = np.random.default_rng(seed)
     pool, match = np.zeros(fresh), np.zeros((fresh, len(taus)))
     for i in range(fresh):
         m, n = observe(rng, scenario)
         pool[i] = np.linalg.norm((n[:, None] * m).sum(axis=0) / n.sum())
-        c0 = geometric_median(m)
-        match[i] = [np.linalg.norm(matched_mean(m, n, t, c0)) for t in taus]
+        c0 = ref_geometric_median(m)
+        match[i] = [np.linalg.norm(ref_match_means(m, n, t, c0)) for t in taus]
     return pool, match
 
 

@@ -93,6 +93,36 @@ def ref_match(X, tau, *, metric="l2", level="domain", init="median", tol=1e-4, m
     return c, included, max_iter, False
 
 
+def ref_geometric_median(m) -> np.ndarray:
+    """argmin_y sum_k ||m_k - y|| of ``m (K, d)`` by Weiszfeld's iteration from the mean, to a step below
+    1e-12 (at most 200 steps); an iterate on a data point returns that point."""
+    c = m.mean(axis=0)
+    for _ in range(200):
+        r = np.linalg.norm(m - c, axis=1)
+        if np.any(r < 1e-12):
+            return m[np.argmin(r)]
+        c_new = (m / r[:, None]).sum(axis=0) / (1.0 / r).sum()
+        if np.linalg.norm(c_new - c) < 1e-12:
+            return c_new
+        c = c_new
+    return c
+
+
+def ref_match_means(m, n, tau, c, tol=1e-4, max_iter=100) -> np.ndarray:
+    """Domain-level L2 matching on domain means ``m (K, d)`` with sizes ``n (K,)`` from ``c``: include
+    ``||m_k - c|| < tau``, move to the size-weighted mean of the included, stop below ``tol``; an empty
+    set keeps ``c``."""
+    for _ in range(max_iter):
+        inside = np.linalg.norm(m - c, axis=1) < tau
+        if not inside.any():
+            return c
+        new = (n[inside, None] * m[inside]).sum(axis=0) / n[inside].sum()
+        if np.linalg.norm(new - c) < tol:
+            return new
+        c = new
+    return c
+
+
 def ref_outlier_schedule(rng: np.random.Generator, K, *, d, every, radius, gamma, jitter, mu_star=0.0):
     """NumPy twin of :func:`poolsim.metadist.outlier_schedule` (same law, NumPy draws)."""
     v = np.eye(d)[0]

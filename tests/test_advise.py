@@ -1,6 +1,7 @@
 """``poolsim.advise`` and its plausible worlds (``poolsim._worlds``): the fits, the reduced-dimension
 draws against their closed forms, the batched matching against the core, and -- slow tier -- the
-regret of following the advice on data with a known target, the true risk from a plain loop here."""
+regret of following the advice on data with a known target, the true risk from the plain loops of
+``poolsim._reference``."""
 from __future__ import annotations
 
 import math
@@ -11,6 +12,7 @@ from scipy import stats
 
 import poolsim
 from poolsim import _advise, _core, _scenarios, _worlds, advise
+from poolsim._reference import ref_geometric_median, ref_match_means
 
 SIGMA = 0.8
 
@@ -122,26 +124,6 @@ def test_advice_estimate_is_poolsim_match_from_its_start():
 
 # --- slow tier: regret of following the advice, the true risk from a plain loop -------------------------
 
-def _gm(m):
-    c = m.mean(axis=0)
-    for _ in range(300):
-        r = np.maximum(np.linalg.norm(m - c, axis=1), 1e-12)
-        c = (m / r[:, None]).sum(axis=0) / (1.0 / r).sum()
-    return c
-
-
-def _plain_match(m, n, tau, c):
-    for _ in range(100):
-        inside = np.linalg.norm(m - c, axis=1) < tau
-        if not inside.any():
-            return c
-        new = (n[inside, None] * m[inside]).sum(axis=0) / n[inside].sum()
-        if np.linalg.norm(new - c) < 1e-4:
-            return new
-        c = new
-    return c
-
-
 # what each scenario family is held to: within 1.25 of the best, beating pooling (a paired 95% interval
 # above 0), or no worse than pooling (the interval not below 0); the measured regrets behind these
 # choices are in docs/advice.md (the weak families are held to what they do reach)
@@ -163,9 +145,9 @@ def test_every_scenario_has_a_claim():
 def test_regret_of_following_the_advice(name):
     """Two observed data sets per scenario (:mod:`poolsim._scenarios`); the true risk of the advice (its
     estimator, tau and start) and of the best of pooling and matching over 40 taus, on 200 fresh data
-    sets (paired), from the plain loop above. Held to :data:`CLAIMS`: a regret (ratio of mean errors) of
-    at most 1.25 + 3 standard errors (delta method on the paired ratio), or the advice against pooling
-    by the paired 95% interval of eps(pool) - eps(advice)."""
+    sets (paired), from the plain loops of :mod:`poolsim._reference`. Held to :data:`CLAIMS`: a regret
+    (ratio of mean errors) of at most 1.25 + 3 standard errors (delta method on the paired ratio), or
+    the advice against pooling by the paired 95% interval of eps(pool) - eps(advice)."""
     family, claim = _scenarios.SCENARIOS[name], CLAIMS[name]
     rng = np.random.default_rng(5)
     observed = [_scenarios.observe(rng, family) for _ in range(2)]
@@ -177,10 +159,10 @@ def test_regret_of_following_the_advice(name):
     for _ in range(200):
         m, n = _scenarios.observe(fresh_rng, family)
         p = np.linalg.norm((n[:, None] * m).sum(axis=0) / n.sum())
-        c0 = _gm(m)
+        c0 = ref_geometric_median(m)
         pool.append(p)
-        match.append([np.linalg.norm(_plain_match(m, n, t, c0)) for t in grid])
-        followed.append([p if a.estimator == "pool" else np.linalg.norm(_plain_match(m, n, a.tau, c0))
+        match.append([np.linalg.norm(ref_match_means(m, n, t, c0)) for t in grid])
+        followed.append([p if a.estimator == "pool" else np.linalg.norm(ref_match_means(m, n, a.tau, c0))
                          for a in advice])
     pool, match, followed = np.array(pool), np.array(match), np.array(followed)
     candidates = np.column_stack([pool, match])
