@@ -4,7 +4,8 @@ Advice is an estimator like any other, so it is chosen by its risk where the tru
 *plausible worlds* fitted to the user's K domain means (:mod:`poolsim._worlds`: a high-breakdown
 isotropic fit whose outliers are the observed outlying domains resampled as they are, in any
 direction and shape; and every spherical Gaussian-mixture fit within a BIC margin of the best, whose
-outliers are drawn from its other components).
+outliers are drawn from its other components), each kept only if the data look like a draw
+from it (a goodness-of-fit check on their asymmetry and anisotropy, :func:`poolsim._worlds.plausible`).
 
 In each world, ``seeds`` simulated data sets (common random numbers across the candidates) give
 the mean error ``||estimate - target||`` of pooling and of matching at each tau of a grid scaled by
@@ -48,13 +49,16 @@ TOL, MAX_ITER = 1e-4, 100
 
 class WorldResult(NamedTuple):
     """The advice seen from one plausible world: its ``name``, outlier ``share``, the ``best``
-    candidate there (``"pool"`` or ``"tau=..."``) and the advice's ``regret`` there (mean error
-    over the best's, on the seeds that chose it)."""
+    candidate there (``"pool"`` or ``"tau=..."``), the advice's ``regret`` there (mean error
+    over the best's, on the seeds that chose it) and ``fit_p``, the world's goodness-of-fit p-value
+    (the smaller of two, :func:`poolsim._worlds.fit_p_values`; a world below
+    :data:`poolsim._worlds.GOF_LEVEL` is dropped, unless every world is)."""
 
     name: str
     share: float
     best: str
     regret: float
+    fit_p: float
 
 
 class Advice(NamedTuple):
@@ -69,7 +73,8 @@ class Advice(NamedTuple):
     eps(subsampling) - eps(advice) on fresh seeds, in the world least favourable to the advice.
     ``eps``: mean simulated eps of pooling, subsampling and the advice there. ``estimate (d,)``:
     the advice applied to the user's data; ``init (d,)``: matching's start (the geometric median
-    of the domain means). ``fitted``: the robust fit (centre, spread, share, outliers). Everything
+    of the domain means). ``fitted``: the robust fit (centre, spread, share, outliers) and the
+    ``rejected`` worlds' names and goodness-of-fit p-values. Everything
     but ``estimate`` and ``init`` is SIMULATED."""
 
     strategy: str
@@ -202,8 +207,8 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
     K, d = m.shape
     if K < 3:
         raise ValueError(f"advise needs K >= 3 domains, got K = {K}")
-    worlds = _worlds.plausible(m, sz, sig)
-    robust = worlds[0]  # plausible() puts the robust world first
+    fit = _worlds.plausible(m, sz, sig, np.random.default_rng([seed, 2]))
+    robust, worlds = fit.robust, fit.worlds
     scale = math.sqrt(robust.spread ** 2 + d * float(np.mean(sig * sig / sz)))
     taus = np.array(TAU_SCALES) * max(scale, 1e-300)
     risks, fresh = [], []
@@ -221,8 +226,10 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
     near = [float(t) for t, w in zip(taus, worst[1:]) if w <= 1.05 * worst[best]]
     tau_range = (min(near), max(near)) if near else (tau, tau)
     names = ["pool"] + [f"tau={t:.4g}" for t in taus]
-    results = tuple(WorldResult(w.name, float(w.share), names[int(np.argmin(r))], float(g[best]))
+    results = tuple(WorldResult(w.name, float(w.share), names[int(np.argmin(r))], float(g[best]), w.fit_p)
                     for w, r, g in zip(worlds, R, regret))
+    dropped = "".join(f"; {w.name} (goodness-of-fit p = {w.fit_p:.3f}) was dropped: the data are more asymmetric "
+                      f"or anisotropic than it makes them" for w in fit.rejected)
 
     col = 0 if best == 0 else best + 1  # the advice's column in the fresh (pool, sub, taus) errors
     v_pool = [_verdict_of(f[:, 0] - f[:, col]) for f in fresh]
@@ -235,14 +242,14 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
         strategy = estimator
         reason = (f"SIMULATED: {'matching at tau = %.4g' % tau if best else 'pooling'} is within "
                   f"{100 * (worst[best] - 1):.0f}% of the best estimator in every plausible world "
-                  f"({len(worlds)}: {', '.join(w.name for w in worlds)})")
+                  f"({len(worlds)}: {', '.join(w.name for w in worlds)}){dropped}")
     else:
         strategy = "undecided"
         wants = "; ".join(f"{r.name} (outlier share {r.share:.2f}) wants {r.best}" for r in results)
         reason = (f"SIMULATED: the data fit laws that want different estimators ({wants}); no estimator is within "
                   f"{100 * (UNDECIDED_REGRET - 1):.0f}% of the best in all of them, so the estimate is the one "
                   f"with the smallest worst-case regret ({worst[best]:.2f}). More domains (K) would decide "
-                  f"between the fits, as would knowing which domains are off target")
+                  f"between the fits, as would knowing which domains are off target{dropped}")
     init = _worlds.geometric_median(m)
     if estimator == "match":
         res = _core.iterate_match(m, sz, init, tau, "l2", tol=TOL, max_iter=MAX_ITER)
@@ -250,7 +257,8 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
     else:
         estimate = (sz[:, None] * m).sum(axis=0) / sz.sum()
     fitted = dict(K=K, d=d, n=float(np.median(sz)), sigma=sig, centre=robust.centre, spread=robust.spread,
-                  share=robust.share, outliers=np.flatnonzero(robust.weights > 0), scale=scale)
+                  share=robust.share, outliers=np.flatnonzero(robust.weights > 0), scale=scale,
+                  rejected=tuple((w.name, w.fit_p) for w in fit.rejected))
     return Advice(strategy, estimator, tau, tau_range, float(worst[best]), results, v_pool[hard], v_sub[hard],
                   eps, estimate, init, fitted, seeds, reason)
 

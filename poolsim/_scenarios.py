@@ -99,6 +99,30 @@ def clip_width(rng, K=6, n=50, d=768):  # six modalities at CLIP's width, one fa
     return mu, np.full(K, n)
 
 
+def paper_asymptotic_k100(rng):
+    return _contaminated(rng, 100, 150, 2, 0.5, 0.3, 1.5)
+
+
+def scattered(rng, K=40, n=100, d=5):  # 20% of the domains from a wide law centred on the target
+    mu = 0.5 * rng.normal(size=(K, d))
+    out = rng.random(K) < 0.2
+    mu[out] = 2.0 * rng.normal(size=(out.sum(), d))
+    return mu, np.full(K, n)
+
+
+def near_breakdown(rng):  # 40% shifted by 3
+    return _contaminated(rng, 40, 100, 2, 0.5, 0.4, 3.0)
+
+
+def two_distances(rng, K=50, n=100, d=3):  # 10% at distance 1.5 and 10% at 4, random directions
+    mu = 0.5 * rng.normal(size=(K, d))
+    u = rng.random(K)
+    for sel, r in ((u < 0.1, 1.5), ((u >= 0.1) & (u < 0.2), 4.0)):
+        v = rng.normal(size=(sel.sum(), d))
+        mu[sel] += r * v / np.linalg.norm(v, axis=1, keepdims=True)
+    return mu, np.full(K, n)
+
+
 SCENARIOS = {
     "paper asymptotic (K=50)": paper_asymptotic,
     "paper asymptotic (K=30)": paper_asymptotic_k30,
@@ -113,6 +137,11 @@ SCENARIOS = {
     "tight outlier cluster": tight_cluster,
     "anisotropic (d=64)": anisotropic,
     "CLIP width (d=768, K=6)": clip_width,
+    # added after the goodness-of-fit check was chosen on the scenarios above, and run once with it
+    "paper asymptotic (K=100)": paper_asymptotic_k100,
+    "scattered outliers (d=5)": scattered,
+    "near breakdown (40% at 3)": near_breakdown,
+    "outliers at two distances (d=3)": two_distances,
 }
 PAPER = ("paper asymptotic (K=50)", "paper domain addition")
 """The scenarios that are the paper's own set-ups."""

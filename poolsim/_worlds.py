@@ -17,6 +17,17 @@ be plausible for the same data (:func:`plausible`):
   the BIC has an alternative), every fit within :data:`BIC_MARGIN` of the lowest BIC; the heaviest
   component is the inlier law and the others, as fitted, the outliers' law.
 
+A fitted world is then checked against the data it was fitted to (:func:`fit_p_values`): the
+observed value of two rotation-invariant statistics of the domain means against their law in
+:data:`GOF_DRAWS` draws from the world -- the *asymmetry* ``||pooled mean - geometric median||``
+over the root mean square distance from the mean (outliers on one side pull the pool away from the
+median) and the *anisotropy* (the largest eigenvalue's share of the centred means' scatter: the
+paper's inlier law is isotropic, so a spread along one direction is evidence of outliers along it).
+Both are one-sided: a world is implausible when the data are more asymmetric or more anisotropic
+than it makes them, at the 5% level per statistic (:data:`GOF_LEVEL`). A world that fits the BIC
+but not these (say one wide isotropic cloud, for data that are two overlapping ones) is dropped;
+when every world is dropped the data are outside all of them, and all are kept.
+
 Draws (:func:`draw`) are exact in distribution for every estimator that depends on the domain
 means only through inner products (pooling, subsampling, matching from the geometric median):
 an isotropic world in ``d`` dimensions is drawn in ``r + K`` (``r`` the outliers' rank) -- the
@@ -33,6 +44,8 @@ import numpy as np
 BIC_MARGIN = 6.0  # mixture fits within this BIC of the best are plausible ("strong" evidence is > 6)
 REWEIGHT_QUANTILE = 0.975  # the robust fit's reweighting cut, the MCD's customary one
 MAX_COMPONENTS = 3
+GOF_LEVEL = 0.05  # a world whose Monte Carlo p-value of either statistic is below this is implausible
+GOF_DRAWS = 1000  # draws per world for those p-values (standard error <= 0.007 at p = 0.05)
 # spherical components: the paper's law of the domain means is isotropic about its centre; full
 # covariances were measured too (benchmarks/advise_validation.py) and moved no answer for the better
 COVARIANCES = ("spherical",)
@@ -44,7 +57,8 @@ class World(NamedTuple):
     outlier share p; ``weights (K,)``: the observed domains that are outliers (resampling
     probabilities, sum 1, or all 0 when p = 0); ``bic``: BIC above the best mixture (0 for
     ``robust``); ``components``: a mixture's outlier components ``(probability, mean offset from
-    the centre (d,), covariance (d, d))``, drawn instead of resampling ``weights`` when present."""
+    the centre (d,), covariance (d, d))``, drawn instead of resampling ``weights`` when present;
+    ``fit_p``: the smaller of the world's two goodness-of-fit p-values (:func:`fit_p_values`)."""
 
     name: str
     centre: np.ndarray
@@ -53,6 +67,7 @@ class World(NamedTuple):
     weights: np.ndarray
     bic: float
     components: tuple = ()
+    fit_p: float = 1.0
 
     @property
     def spread(self) -> float:
@@ -153,9 +168,52 @@ def mixtures(means: np.ndarray, sizes: np.ndarray, sigma: float) -> list[World]:
     return worlds
 
 
-def plausible(means: np.ndarray, sizes: np.ndarray, sigma: float) -> list[World]:
-    """Every world of the module docstring for ``means (K, d)``; the ``robust`` one first."""
-    return [robust(means, sizes, sigma)] + mixtures(means, sizes, sigma)
+def fit_statistics(M: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The asymmetry and anisotropy of the module docstring: ``M (..., K, D)``, ``n (..., K)`` ->
+    ``(..., 2)``. Rotation invariant (the anisotropy from the K x K Gram matrix of the centred
+    means), so a world drawn in ``r + K`` dimensions gives them the law of ``d``."""
+    K = M.shape[-2]
+    pool = np.einsum("...k,...kd->...d", n, M) / n.sum(axis=-1)[..., None]
+    C = M - M.mean(axis=-2, keepdims=True)
+    ev = np.linalg.eigvalsh(np.einsum("...kd,...jd->...kj", C, C))
+    total = np.maximum(ev.sum(axis=-1), 1e-300)
+    asym = np.linalg.norm(pool - geometric_median(M), axis=-1) / np.sqrt(total / K)
+    return np.stack([asym, ev[..., -1] / total], axis=-1)
+
+
+def fit_p_values(world: World, means: np.ndarray, sizes: np.ndarray, sigma: float,
+                 rng: np.random.Generator, draws: int = GOF_DRAWS) -> np.ndarray:
+    """One-sided Monte Carlo p-values ``(2,)`` of the observed :func:`fit_statistics` of ``means
+    (K, d)`` under ``world``: ``(1 + #{draws at least as extreme}) / (1 + draws)``."""
+    obs = fit_statistics(means, sizes)
+    K, d = means.shape
+    chunk = max(1, min(draws, int(2e7 // (K * (min(d, 2 * K) + K)))))
+    sims = []
+    for lo in range(0, draws, chunk):
+        M, n = draw(world, means, sizes, sigma, rng, min(chunk, draws - lo))
+        sims.append(fit_statistics(M, n))
+    sim = np.concatenate(sims)
+    return (1.0 + np.sum(sim >= obs, axis=0)) / (1.0 + draws)
+
+
+class Plausible(NamedTuple):
+    """:func:`plausible`'s answer: the ``robust`` fit (always; its centre and spread scale the
+    advice's tau grid), the ``worlds`` kept and the ``rejected`` ones (each with its ``fit_p``)."""
+
+    robust: World
+    worlds: list
+    rejected: list
+
+
+def plausible(means: np.ndarray, sizes: np.ndarray, sigma: float, rng: np.random.Generator) -> Plausible:
+    """Every world of the module docstring for ``means (K, d)``, robust first, split by the
+    goodness-of-fit check (all kept when none passes it); ``rng`` draws the check's worlds."""
+    fitted = [robust(means, sizes, sigma)] + mixtures(means, sizes, sigma)
+    fitted = [w._replace(fit_p=float(fit_p_values(w, means, sizes, sigma, rng).min())) for w in fitted]
+    kept = [w for w in fitted if w.fit_p >= GOF_LEVEL]
+    if not kept:
+        return Plausible(fitted[0], fitted, [])
+    return Plausible(fitted[0], kept, [w for w in fitted if w.fit_p < GOF_LEVEL])
 
 
 def draw(world: World, means: np.ndarray, sizes: np.ndarray, sigma: float,
@@ -204,4 +262,5 @@ def draw(world: World, means: np.ndarray, sizes: np.ndarray, sigma: float,
     return np.concatenate([span, rest], axis=-1), n
 
 
-__all__ = ["BIC_MARGIN", "World", "draw", "geometric_median", "mixtures", "plausible", "robust"]
+__all__ = ["BIC_MARGIN", "GOF_DRAWS", "GOF_LEVEL", "Plausible", "World", "draw", "fit_p_values", "fit_statistics",
+           "geometric_median", "mixtures", "plausible", "robust"]
