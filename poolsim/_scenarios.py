@@ -123,6 +123,32 @@ def two_distances(rng, K=50, n=100, d=3):  # 10% at distance 1.5 and 10% at 4, r
     return mu, np.full(K, n)
 
 
+def anisotropic_inliers(p, shift, K=40, n=100):  # inliers' sds 0.8 and 0.25; outliers along the short axis
+    def scenario(rng):
+        mu = rng.normal(size=(K, 2)) * np.array([0.8, 0.25])
+        mu[rng.random(K) < p, 1] += shift
+        return mu, np.full(K, n)
+    return scenario
+
+
+def contaminated(K, n, d, gamma, p, shift):
+    def scenario(rng):
+        return _contaminated(rng, K, n, d, gamma, p, shift)
+    return scenario
+
+
+def laplace_means(rng, K=40, n=100, d=3):
+    return 0.4 * rng.laplace(size=(K, d)), np.full(K, n)
+
+
+def ring(rng, K=40, n=100, d=2):  # 25% on a circle of radius 2 about the target: symmetric, pooling unbiased
+    mu = 0.5 * rng.normal(size=(K, d))
+    out = rng.random(K) < 0.25
+    v = rng.normal(size=(out.sum(), d))
+    mu[out] = 2.0 * v / np.linalg.norm(v, axis=1, keepdims=True)
+    return mu, np.full(K, n)
+
+
 SCENARIOS = {
     "paper asymptotic (K=50)": paper_asymptotic,
     "paper asymptotic (K=30)": paper_asymptotic_k30,
@@ -142,6 +168,20 @@ SCENARIOS = {
     "scattered outliers (d=5)": scattered,
     "near breakdown (40% at 3)": near_breakdown,
     "outliers at two distances (d=3)": two_distances,
+    # a wider held-out set, written and run once after that: variations of K, d, n, share and shift
+    # inside the paper's family, and laws outside it (anisotropic inliers, Laplace, a ring)
+    "anisotropic inliers, clean (d=2)": anisotropic_inliers(0.0, 0.0),
+    "anisotropic inliers, 20% at 2 on the short axis": anisotropic_inliers(0.2, 2.0),
+    "K=20, 20% at 2": contaminated(20, 100, 2, 0.5, 0.2, 2.0),
+    "K=80, 20% at 1.2 (overlapping)": contaminated(80, 100, 2, 0.5, 0.2, 1.2),
+    "d=5, 30% at 2": contaminated(40, 100, 5, 0.5, 0.3, 2.0),
+    "d=10, 10% at 1.5": contaminated(40, 100, 10, 0.3, 0.1, 1.5),
+    "K=12, 25% at 2": contaminated(12, 100, 2, 0.5, 0.25, 2.0),
+    "Laplace means (d=3)": laplace_means,
+    "25% on a ring of radius 2": ring,
+    "large domains (n=2000), 20% at 1": contaminated(30, 2000, 2, 0.2, 0.2, 1.0),
+    "small domains (n=10), 20% at 1.5": contaminated(30, 10, 2, 0.2, 0.2, 1.5),
+    "clean (K=60, d=3)": contaminated(60, 100, 3, 0.5, 0.0, 0.0),
 }
 PAPER = ("paper asymptotic (K=50)", "paper domain addition")
 """The scenarios that are the paper's own set-ups."""
