@@ -170,12 +170,14 @@ def mixtures(means: np.ndarray, sizes: np.ndarray, sigma: float) -> list[World]:
 
 def fit_statistics(M: np.ndarray, n: np.ndarray) -> np.ndarray:
     """The asymmetry and anisotropy of the module docstring: ``M (..., K, D)``, ``n (..., K)`` ->
-    ``(..., 2)``. Rotation invariant (the anisotropy from the K x K Gram matrix of the centred
-    means), so a world drawn in ``r + K`` dimensions gives them the law of ``d``."""
+    ``(..., 2)``. Rotation invariant (the anisotropy from the eigenvalues of the centred means'
+    Gram matrix), so a world drawn in ``r + K`` dimensions gives them the law of ``d``."""
     K = M.shape[-2]
     pool = np.einsum("...k,...kd->...d", n, M) / n.sum(axis=-1)[..., None]
     C = M - M.mean(axis=-2, keepdims=True)
-    ev = np.linalg.eigvalsh(np.einsum("...kd,...jd->...kj", C, C))
+    # the nonzero eigenvalues of the K x K Gram matrix are those of the D x D scatter: the smaller one
+    gram = "...kd,...jd->...kj" if K <= M.shape[-1] else "...kd,...ke->...de"
+    ev = np.linalg.eigvalsh(np.einsum(gram, C, C))
     total = np.maximum(ev.sum(axis=-1), 1e-300)
     asym = np.linalg.norm(pool - geometric_median(M), axis=-1) / np.sqrt(total / K)
     return np.stack([asym, ev[..., -1] / total], axis=-1)

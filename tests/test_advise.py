@@ -191,7 +191,15 @@ CLAIMS = {
     "anisotropic (d=64)": "beats pool", "CLIP width (d=768, K=6)": 1.25,
     "paper asymptotic (K=100)": 1.25, "scattered outliers (d=5)": 1.25, "near breakdown (40% at 3)": 1.25,
     "outliers at two distances (d=3)": 1.25,
+    "anisotropic inliers, clean (d=2)": "not worse", "anisotropic inliers, 20% at 2 on the short axis": "not worse",
+    "K=20, 20% at 2": 1.25, "K=80, 20% at 1.2 (overlapping)": "not worse", "d=5, 30% at 2": 1.25,
+    "d=10, 10% at 1.5": 1.25, "K=12, 25% at 2": "not worse", "Laplace means (d=3)": 1.25,
+    "25% on a ring of radius 2": "not worse", "large domains (n=2000), 20% at 1": "not worse",
+    "small domains (n=10), 20% at 1.5": 1.25, "clean (K=60, d=3)": 1.25,
 }
+# a known weakness, kept as a strict expected failure so that a fix shows: the worlds assume the paper's
+# isotropic inliers, and for one anisotropic cloud with no outliers they advise a tau that loses to pooling
+KNOWN_WEAK = {"anisotropic inliers, clean (d=2)": "isotropic worlds: a tau that loses to pooling (docs/advice.md)"}
 
 
 def test_every_scenario_has_a_claim():
@@ -199,7 +207,9 @@ def test_every_scenario_has_a_claim():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(CLAIMS))
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WEAK[n])) if n in KNOWN_WEAK else n
+    for n in CLAIMS])
 def test_regret_of_following_the_advice(name):
     """Two observed data sets per scenario (:mod:`poolsim._scenarios`); the true risk of the advice (its
     estimator, tau and start) and of the best of pooling and matching over 40 taus, on 200 fresh data
