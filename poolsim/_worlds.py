@@ -189,7 +189,7 @@ def fit_p_values(world: World, means: np.ndarray, sizes: np.ndarray, sigma: floa
     (K, d)`` under ``world``: ``(1 + #{draws at least as extreme}) / (1 + draws)``."""
     obs = fit_statistics(means, sizes)
     K, d = means.shape
-    chunk = max(1, min(draws, int(2e7 // (K * (min(d, 2 * K) + K)))))
+    chunk = max(1, min(draws, int(4e6 // (K * (min(d, 2 * K) + K)))))  # ~32 MB per (chunk, K, D) array
     sims = []
     for lo in range(0, draws, chunk):
         M, n = draw(world, means, sizes, sigma, rng, min(chunk, draws - lo))

@@ -120,16 +120,17 @@ def test_fit_statistics_have_the_law_of_d_in_r_plus_K_dimensions():
 
 
 def test_plausible_drops_a_world_the_data_reject_and_says_so():
-    """The paper's asymptotic law at K = 100 (30% shifted by 1.5 = 3 inlier sds along e1): one isotropic
+    """The paper's asymptotic law at K = 200 (30% shifted by 1.5 = 3 inlier sds along e1): one isotropic
     cloud with no outliers and the data's own scatter cannot make data this anisotropic (its p-value is
-    at the floor 1 / 1001). ``plausible`` splits its worlds at :data:`GOF_LEVEL`, and ``advise`` names
-    every dropped one in ``fitted["rejected"]`` and in its reason."""
-    rng = np.random.default_rng(9)
-    m, n = _scenarios.observe(rng, _scenarios.SCENARIOS["paper asymptotic (K=100)"])
-    cloud = _worlds.World("one cloud", m.mean(axis=0), float(m.var(axis=0, ddof=1).mean()), 0.0, np.zeros(100), 0.0)
+    at the floor 1 / 1001), nor can the robust fit, whose 0.975 cut keeps the nearer outliers as inliers
+    (p = 0.001-0.002 on five data sets of this law, far below :data:`GOF_LEVEL`; the two-cluster mixture
+    0.25-0.74). ``plausible`` splits its worlds there, and ``advise`` names every dropped one in
+    ``fitted["rejected"]`` and in its reason."""
+    m, n = _scenarios.observe(np.random.default_rng(1), _scenarios.contaminated(200, 150, 2, 0.5, 0.3, 1.5))
+    cloud = _worlds.World("one cloud", m.mean(axis=0), float(m.var(axis=0, ddof=1).mean()), 0.0, np.zeros(200), 0.0)
     assert _worlds.fit_p_values(cloud, m, n, SIGMA, np.random.default_rng(0))[1] == 1 / 1001
     fit = _worlds.plausible(m, n, SIGMA, np.random.default_rng(0))
-    assert fit.rejected and fit.worlds and fit.robust.name == "robust"
+    assert "robust" in [w.name for w in fit.rejected] and fit.worlds and fit.robust.name == "robust"
     assert all(w.fit_p < _worlds.GOF_LEVEL for w in fit.rejected)
     assert all(w.fit_p >= _worlds.GOF_LEVEL for w in fit.worlds)
     a = advise(means=m, sizes=n, sigma=SIGMA, seeds=60)
