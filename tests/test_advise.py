@@ -119,6 +119,7 @@ def test_fit_statistics_have_the_law_of_d_in_r_plus_K_dimensions():
     assert np.all(np.abs(a.mean(axis=0) - c.mean(axis=0)) <= 4 * se), (a.mean(0), c.mean(0), se)
 
 
+@pytest.mark.slow
 def test_plausible_drops_a_world_the_data_reject_and_says_so():
     """The paper's asymptotic law at K = 200 (30% shifted by 1.5 = 3 inlier sds along e1): one isotropic
     cloud with no outliers and the data's own scatter cannot make data this anisotropic (its p-value is
