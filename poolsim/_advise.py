@@ -17,7 +17,10 @@ worst-case regret over the plausible worlds:
   :data:`UNDECIDED_REGRET`: whichever plausible law is true, following it costs at most 25%;
 * ``"undecided"`` otherwise: the data fit laws that want different estimators; the estimate is
   still the minimax-regret one (never pooling by default), and ``reason`` names the worlds and
-  what would decide between them.
+  what would decide between them;
+* ``"undecided"`` too when no fitted world passes the goodness-of-fit check (all are then kept,
+  and the estimate is the minimax one over them): the data are outside the worlds' family, and
+  ``reason`` says so with the worlds' p-values.
 
 Then, on ``seeds`` fresh data sets per world (so tau is not chosen and judged on the same draws),
 the paired verdicts of eps(pooling) - eps(advice) and eps(subsampling) - eps(advice)
@@ -238,7 +241,16 @@ def advise(X: Any = None, *, means: Any = None, sizes: Any = None, sigma: float 
     f = fresh[hard]
     eps = {"pool": float(f[:, 0].mean()), "subsample": float(f[:, 1].mean()), "advice": float(f[:, col].mean())}
 
-    if worst[best] <= UNDECIDED_REGRET:
+    misfit = all(w.fit_p < _worlds.GOF_LEVEL for w in worlds)  # plausible() keeps all when none passes
+    if misfit:
+        strategy = "undecided"
+        fits = ", ".join(f"{w.name} p = {w.fit_p:.3f}" for w in worlds)
+        reason = (f"SIMULATED: no fitted world makes domain means as asymmetric or anisotropic as these ({fits}): "
+                  f"the data are outside the worlds' family (isotropic inliers about one centre, plus outliers; "
+                  f"anisotropic inliers are outside it), so the simulated regrets do not describe them. The "
+                  f"estimate is the one with the smallest worst-case regret over all the fits "
+                  f"({'matching at tau = %.4g' % tau if best else 'pooling'}, {worst[best]:.2f})")
+    elif worst[best] <= UNDECIDED_REGRET:
         strategy = estimator
         reason = (f"SIMULATED: {'matching at tau = %.4g' % tau if best else 'pooling'} is within "
                   f"{100 * (worst[best] - 1):.0f}% of the best estimator in every plausible world "

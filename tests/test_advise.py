@@ -138,6 +138,18 @@ def test_plausible_drops_a_world_the_data_reject_and_says_so():
     assert all(f"{name} (goodness-of-fit p = " in a.reason for name in rejected)
 
 
+def test_undecided_when_no_world_fits():
+    """Twelve domain means on a line (K = 12: too few for a mixture, so the isotropic robust world is the
+    only fit): no isotropic world makes a scatter with 99.9% of its variance on one axis (p at the floor
+    1 / 1001), so the answer is "undecided", saying the data are outside the worlds' family."""
+    rng = np.random.default_rng(10)
+    m = np.column_stack([np.linspace(-1.0, 1.0, 12), 0.01 * rng.normal(size=12)])
+    a = advise(means=m, sizes=np.full(12, 10000.0), sigma=SIGMA, seeds=60)
+    assert [r.name for r in a.worlds] == ["robust"] and a.worlds[0].fit_p == 1 / 1001
+    assert a.strategy == "undecided" and "outside the worlds' family" in a.reason
+    assert a.estimator in ("pool", "match") and np.all(np.isfinite(a.estimate))
+
+
 def test_batched_matching_equals_the_core():
     """:func:`poolsim._advise._match_batched` against :func:`poolsim._core.iterate_match`, pair by pair."""
     rng = np.random.default_rng(2)
