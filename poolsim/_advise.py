@@ -176,14 +176,8 @@ def _errors(M: np.ndarray, n: np.ndarray, taus: np.ndarray, sigma: float, rng) -
 def _simulate(world, m, sz, sig, taus, seeds: int, seed: int) -> np.ndarray:
     """``(seeds, 2 + T)`` errors of the candidates in ``world`` (chunks of seeds bound memory)."""
     rng = np.random.default_rng(seed)
-    K, d = m.shape
-    D = min(d, 2 * K)  # the draws' dimension is at most r + K <= 2K (_worlds.draw)
-    chunk = max(1, min(seeds, int(2e7 // (K * (D + K) * (len(taus) + 4)))))
-    out = []
-    for lo in range(0, seeds, chunk):
-        M, n = _worlds.draw(world, m, sz, sig, rng, min(chunk, seeds - lo))
-        out.append(_errors(M, n, taus, sig, rng))
-    return np.concatenate(out)
+    chunks = _worlds.draw_chunks(world, m, sz, sig, rng, seeds, 2e7, per_draw=len(taus) + 4)
+    return np.concatenate([_errors(M, n, taus, sig, rng) for M, n in chunks])
 
 
 def _verdict_of(diff: np.ndarray) -> _verdict.Verdict:

@@ -37,7 +37,7 @@ factor of their Wishart Gram matrix -- so ``d`` enters only through that Gram la
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -188,13 +188,8 @@ def fit_p_values(world: World, means: np.ndarray, sizes: np.ndarray, sigma: floa
     """One-sided Monte Carlo p-values ``(2,)`` of the observed :func:`fit_statistics` of ``means
     (K, d)`` under ``world``: ``(1 + #{draws at least as extreme}) / (1 + draws)``."""
     obs = fit_statistics(means, sizes)
-    K, d = means.shape
-    chunk = max(1, min(draws, int(4e6 // (K * (min(d, 2 * K) + K)))))  # ~32 MB per (chunk, K, D) array
-    sims = []
-    for lo in range(0, draws, chunk):
-        M, n = draw(world, means, sizes, sigma, rng, min(chunk, draws - lo))
-        sims.append(fit_statistics(M, n))
-    sim = np.concatenate(sims)
+    # ~32 MB per (chunk, K, D) array
+    sim = np.concatenate([fit_statistics(M, n) for M, n in draw_chunks(world, means, sizes, sigma, rng, draws, 4e6)])
     return (1.0 + np.sum(sim >= obs, axis=0)) / (1.0 + draws)
 
 
@@ -216,6 +211,18 @@ def plausible(means: np.ndarray, sizes: np.ndarray, sigma: float, rng: np.random
     if not kept:
         return Plausible(fitted[0], fitted, [])
     return Plausible(fitted[0], kept, [w for w in fitted if w.fit_p < GOF_LEVEL])
+
+
+def draw_chunks(world: World, means: np.ndarray, sizes: np.ndarray, sigma: float, rng: np.random.Generator,
+                S: int, elements: float, per_draw: int = 1) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """:func:`draw`'s ``S`` data sets in chunks of at most ``elements / per_draw`` numbers per data set
+    and domain coordinate (the draws' dimension is at most ``r + K <= 2K``, or ``d``): bounded memory for
+    any S. Each chunk is drawn when the caller asks for it, so ``rng`` is shared with the caller's use of
+    it between chunks in a fixed order."""
+    K, d = means.shape
+    chunk = max(1, min(S, int(elements // (K * (min(d, 2 * K) + K) * per_draw))))
+    for lo in range(0, S, chunk):
+        yield draw(world, means, sizes, sigma, rng, min(chunk, S - lo))
 
 
 def draw(world: World, means: np.ndarray, sizes: np.ndarray, sigma: float,
@@ -264,5 +271,5 @@ def draw(world: World, means: np.ndarray, sizes: np.ndarray, sigma: float,
     return np.concatenate([span, rest], axis=-1), n
 
 
-__all__ = ["BIC_MARGIN", "GOF_DRAWS", "GOF_LEVEL", "Plausible", "World", "draw", "fit_p_values", "fit_statistics",
+__all__ = ["BIC_MARGIN", "GOF_DRAWS", "GOF_LEVEL", "Plausible", "World", "draw", "draw_chunks", "fit_p_values", "fit_statistics",
            "geometric_median", "mixtures", "plausible", "robust"]
