@@ -3,8 +3,8 @@
 For each scenario -- a generating process of K domains with target mu* = 0, inside the paper's model
 family or outside it -- ``--datasets`` observed data sets are handed to ``advise``; the *true* risk
 ``E||estimate - mu*||`` of what it returns (its estimator and tau, started where it starts) is then
-computed over ``--fresh`` new data sets from the same process, by a plain NumPy loop written here
-(not advise's simulation), and divided by the best of pooling and of matching over a fine tau grid
+computed over ``--fresh`` new data sets from the same process, by the plain one-data-set-at-a-time
+loop of ``poolsim._reference.ref_true_risks`` (which shares no code with advise), and divided by the best of pooling and of matching over a fine tau grid
 (60 taus, log-spaced, same start) on the same fresh data sets: the regret (1.0 is perfect).
 
 Domain means are drawn as ``mu_k + sigma / sqrt(n_k) z`` (the exact law of a Gaussian domain's
@@ -24,21 +24,8 @@ import time
 import numpy as np
 
 import poolsim
-from poolsim._reference import ref_geometric_median, ref_match_means
+from poolsim._reference import ref_true_risks
 from poolsim._scenarios import PAPER, SCENARIOS, SIGMA, observe
-
-
-def true_risks(scenario, taus, fresh, seed):
-    """Mean ||error|| of pooling and of matching at each tau over ``fresh`` new data sets: the plain
-    reference, one data set at a time (:mod:`poolsim._reference`, which shares no code with advise)."""
-    rng = np.random.default_rng(seed)
-    pool, match = np.zeros(fresh), np.zeros((fresh, len(taus)))
-    for i in range(fresh):
-        m, n = observe(rng, scenario)
-        pool[i] = np.linalg.norm((n[:, None] * m).sum(axis=0) / n.sum())
-        c0 = ref_geometric_median(m)
-        match[i] = [np.linalg.norm(ref_match_means(m, n, t, c0)) for t in taus]
-    return pool, match
 
 
 def main(argv=None):
@@ -70,7 +57,9 @@ def main(argv=None):
         scale = float(np.median([adv.fitted["scale"] for adv in advice]))
         grid = scale * np.geomspace(0.05, 8.0, 60)
         followed = np.array([adv.tau for adv in advice])
-        pool, match = true_risks(scenario, np.concatenate([grid, followed]), a.fresh, 2000 + si)
+        fresh_rng = np.random.default_rng(2000 + si)
+        pool, match = ref_true_risks(lambda: observe(fresh_rng, scenario), np.concatenate([grid, followed]),
+                                     a.fresh)
         risk_pool, risk_match = pool.mean(), match.mean(axis=0)
         best = min(risk_pool, risk_match[:60].min())
         regrets = []

@@ -123,6 +123,19 @@ def ref_match_means(m, n, tau, c, tol=1e-4, max_iter=100) -> np.ndarray:
     return c
 
 
+def ref_true_risks(observe, taus, fresh) -> tuple[np.ndarray, np.ndarray]:
+    """Errors ``||estimate||`` (the target is 0) of pooling ``(fresh,)`` and of matching from the geometric
+    median at each tau ``(fresh, T)`` on ``fresh`` data sets ``observe() -> (means (K, d), sizes (K,))``,
+    one at a time with :func:`ref_geometric_median` and :func:`ref_match_means`."""
+    pool, match = np.zeros(fresh), np.zeros((fresh, len(taus)))
+    for i in range(fresh):
+        m, n = observe()
+        pool[i] = np.linalg.norm((n[:, None] * m).sum(axis=0) / n.sum())
+        c0 = ref_geometric_median(m)
+        match[i] = [np.linalg.norm(ref_match_means(m, n, t, c0)) for t in taus]
+    return pool, match
+
+
 def ref_outlier_schedule(rng: np.random.Generator, K, *, d, every, radius, gamma, jitter, mu_star=0.0):
     """NumPy twin of :func:`poolsim.metadist.outlier_schedule` (same law, NumPy draws)."""
     v = np.eye(d)[0]

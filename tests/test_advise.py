@@ -12,7 +12,7 @@ from scipy import stats
 
 import poolsim
 from poolsim import _advise, _core, _scenarios, _worlds, advise
-from poolsim._reference import ref_geometric_median, ref_match_means
+from poolsim._reference import ref_true_risks
 
 SIGMA = 0.8
 
@@ -235,16 +235,11 @@ def test_regret_of_following_the_advice(name):
     scale = float(np.median([a.fitted["scale"] for a in advice]))
     grid = scale * np.geomspace(0.05, 8.0, 24)
     fresh_rng = np.random.default_rng(6)
-    pool, match, followed = [], [], []
-    for _ in range(200):
-        m, n = _scenarios.observe(fresh_rng, family)
-        p = np.linalg.norm((n[:, None] * m).sum(axis=0) / n.sum())
-        c0 = ref_geometric_median(m)
-        pool.append(p)
-        match.append([np.linalg.norm(ref_match_means(m, n, t, c0)) for t in grid])
-        followed.append([p if a.estimator == "pool" else np.linalg.norm(ref_match_means(m, n, a.tau, c0))
-                         for a in advice])
-    pool, match, followed = np.array(pool), np.array(match), np.array(followed)
+    pool, errors = ref_true_risks(lambda: _scenarios.observe(fresh_rng, family),
+                                  np.concatenate([grid, [a.tau for a in advice]]), 200)
+    match = errors[:, :grid.size]
+    followed = np.column_stack([pool if a.estimator == "pool" else errors[:, grid.size + j]
+                                for j, a in enumerate(advice)])
     candidates = np.column_stack([pool, match])
     best = candidates[:, np.argmin(candidates.mean(axis=0))]
     for j in range(len(advice)):
