@@ -537,10 +537,11 @@ def _check(names, args, settings) -> int:
         raise ValueError(f"--check compares with --out {committed}, which is not a folder")
     from . import _settings
 
-    other = _settings.conflicts(_settings.read(committed), _planned(names, settings))
+    planned = _planned(names, settings)
+    other = _settings.conflicts(_settings.read(committed), planned)
     if other:  # not an error: a smaller run may be checked on purpose, but its numbers differ by design
         print(f"poolsim.figures --check: note: {committed / _settings.FILE} records {_listed(other)}; this "
-              f"run uses {_settings.describe(_planned(names, settings)[other[0][0]])}, so its numbers differ by "
+              f"run uses {_settings.describe(planned[other[0][0]])}, so its numbers differ by "
               f"design", file=sys.stderr)
     _configure_xla()
     scratch = Path(tempfile.mkdtemp(prefix="poolsim-figures-check-"))
